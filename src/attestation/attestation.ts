@@ -1,0 +1,106 @@
+/**
+ * The issuer/validator contract every attestation variant implements.
+ *
+ * An issuer (on the attesting node) turns 32 bytes of report data into an
+ * attestation document; a validator (on the verifier) checks a document
+ * against the report data it expects and the expected measurements, and
+ * either returns a {@linkcode Verification} or throws an
+ * {@linkcode AttestationError} naming every reason.
+ *
+ * @module
+ */
+
+/** Length of the report data bound into evidence (TPM `extraData`). */
+export const REPORT_DATA_LENGTH = 32;
+
+/** Produces evidence. */
+export interface Issuer {
+  /** Variant name, e.g. "qemu-vtpm". */
+  readonly variant: string;
+  /** Produces an attestation document whose report data is `reportData` (32 bytes). */
+  issue(reportData: Uint8Array, options?: { signal?: AbortSignal }): Promise<Uint8Array>;
+}
+
+/** Verifies evidence. */
+export interface Validator {
+  /** Variant name, e.g. "qemu-vtpm". */
+  readonly variant: string;
+  /**
+   * Verifies `document` against the expected `reportData` and this
+   * validator's expected measurements. Throws {@linkcode AttestationError}.
+   */
+  validate(document: Uint8Array, reportData: Uint8Array, options?: { signal?: AbortSignal }): Promise<Verification>;
+}
+
+/** One expected measurement (a PCR for TPM variants). */
+export interface Measurement {
+  /** Expected value, 32 (TPM PCR) or 48 (TDX) bytes. */
+  expected: Uint8Array;
+  /** A mismatch is only warned about, not rejected. */
+  warnOnly: boolean;
+}
+
+/** Expected measurements by index. */
+export type Measurements = ReadonlyMap<number, Measurement>;
+
+/** A measurement that did not match. */
+export interface MeasurementMismatch {
+  index: number;
+  /** Lower-case hex of the expected value. */
+  expected: string;
+  /** Lower-case hex of the reported value, or null when the evidence lacks it. */
+  actual: string | null;
+  /** Enforced mismatches reject; warn-only ones are reported as warnings. */
+  enforced: boolean;
+}
+
+/** A successful verification. */
+export interface Verification {
+  /** Variant that verified the evidence. */
+  variant: string;
+  /** Warn-only mismatches (the evidence passed with them). */
+  warnings: MeasurementMismatch[];
+  /** Reported measurement values by index (hex), for audit and status output. */
+  measurements: Record<number, string>;
+  /** Hex SHA-256 identifying the attestation key, when the variant has one. */
+  keyDigest?: string;
+}
+
+/** Why evidence was rejected. Each reason is distinct so callers and logs can tell them apart. */
+export type AttestationFailure =
+  | "malformed" // the document cannot be parsed
+  | "wrong-variant" // evidence of another variant than the validator's
+  | "untrusted-key" // the attestation key is not trusted
+  | "signature-invalid" // the quote signature does not verify
+  | "report-data-mismatch" // the evidence is bound to other report data
+  | "pcr-digest-mismatch" // reported PCR values do not match the signed digest
+  | "measurement-mismatch" // enforced measurements differ
+  | "unavailable"; // the attester could not produce evidence (TPM down, tool failed)
+
+/** Evidence was rejected or could not be produced. Never carries secrets. */
+export class AttestationError extends Error {
+  /** The reason, machine-readable. */
+  readonly reason: AttestationFailure;
+  /** Every measurement mismatch found (enforced and warn-only). */
+  readonly mismatches: MeasurementMismatch[];
+
+  constructor(reason: AttestationFailure, message: string, mismatches: MeasurementMismatch[] = []) {
+    super(message);
+    this.name = "AttestationError";
+    this.reason = reason;
+    this.mismatches = mismatches;
+  }
+}
+
+/** Lower-case hex of bytes. */
+export function toHex(bytes: Uint8Array): string {
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** Constant-time equality of two byte arrays. */
+export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a[i] ^ b[i];
+  return diff === 0;
+}

@@ -1,0 +1,13 @@
+/**
+ * Time as a dependency, so tests inject it instead of faking globals.
+ *
+ * @module
+ */
+
+/** A source of the current time in Unix milliseconds. */
+export interface Clock {
+  now(): number;
+}
+
+/** The system clock. */
+export const systemClock: Clock = { now: () => Date.now() };

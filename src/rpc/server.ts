@@ -1,0 +1,103 @@
+/**
+ * One port serving gRPC, gRPC-Web and the Connect protocol, over TLS
+ * (HTTP/2 and HTTP/1.1 through ALPN) or plaintext HTTP/2 (h2c), with
+ * graceful shutdown: stop accepting, let in-flight calls finish, then close.
+ *
+ * @module
+ */
+import * as http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import type { ConnectRouter, ContextValues, Interceptor } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+
+/** TLS material for {@linkcode serveRpc}. */
+export interface TlsOptions {
+  /** PEM certificate chain. */
+  cert: string;
+  /** PEM private key. */
+  key: string;
+}
+
+/** Options for {@linkcode serveRpc}. */
+export interface ServeRpcOptions {
+  /** Registers the services. */
+  routes: (router: ConnectRouter) => void;
+  /** Address to bind, e.g. "0.0.0.0" or "127.0.0.1". */
+  hostname: string;
+  /** Port to bind; 0 picks a free one. */
+  port: number;
+  /** Serve TLS; without it the server speaks plaintext HTTP/2 only. */
+  tls?: TlsOptions;
+  /** Interceptors applied to every call. */
+  interceptors?: Interceptor[];
+  /** Largest accepted request message in bytes; default 4 MiB as grpc-go. */
+  readMaxBytes?: number;
+  /** Per-request context values (e.g. the peer address). */
+  contextValues?: (req: http2.Http2ServerRequest) => ContextValues;
+  /** Extra plain-HTTP handler tried before the RPC routes (e.g. /healthz); return true if handled. */
+  httpHandler?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => boolean;
+}
+
+/** A running RPC server. */
+export interface RpcServer {
+  /** The bound address (the real port when 0 was asked). */
+  readonly address: { hostname: string; port: number };
+  /**
+   * Stops accepting connections, lets in-flight calls finish within
+   * `graceMs` (default 10 s), then closes whatever remains.
+   */
+  shutdown(graceMs?: number): Promise<void>;
+}
+
+/** Starts an RPC server; resolves once it listens. */
+export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
+  const adapter = connectNodeAdapter({
+    routes: options.routes,
+    interceptors: options.interceptors,
+    readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,
+    // deno-lint-ignore no-explicit-any
+    contextValues: options.contextValues as any,
+  });
+  const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+    if (options.httpHandler?.(req, res)) return;
+    adapter(req, res);
+  };
+  const server: http2.Http2Server | http2.Http2SecureServer = options.tls
+    ? http2.createSecureServer({ cert: options.tls.cert, key: options.tls.key, allowHTTP1: true }, handler)
+    : http2.createServer({}, handler);
+
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (session: http2.ServerHttp2Session) => {
+    sessions.add(session);
+    session.on("close", () => sessions.delete(session));
+    session.on("error", () => {});
+  });
+  server.on("sessionError", () => {});
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port, options.hostname, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const bound = server.address() as AddressInfo;
+  return {
+    address: { hostname: options.hostname, port: bound.port },
+    async shutdown(graceMs = 10_000) {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const session of sessions) session.close(); // GOAWAY: in-flight streams finish
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const deadline = new Promise<void>((resolve) => {
+        timer = setTimeout(() => {
+          for (const session of sessions) session.destroy();
+          resolve();
+        }, graceMs);
+      });
+      await Promise.race([closed, deadline]);
+      clearTimeout(timer);
+      for (const session of sessions) session.destroy();
+      await closed;
+    },
+  };
+}
