@@ -104,3 +104,12 @@ export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
   for (let i = 0; i < a.length; i++) diff |= a[i] ^ b[i];
   return diff === 0;
 }
+
+/**
+ * Which attestation keys a TPM validator trusts: an allow-list of key
+ * digests (lower-case hex SHA-256, see the TPM variant's docs), or any key,
+ * which is an explicit, logged choice (the original's QEMU behaviour).
+ */
+export type AkTrust =
+  | { kind: "allow-list"; keyDigests: ReadonlySet<string> }
+  | { kind: "any" };
