@@ -7,8 +7,9 @@
  */
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
-import type { ConnectRouter, ContextValues, Interceptor } from "@connectrpc/connect";
+import { type ConnectRouter, type ContextValues, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { peerAddressKey } from "./peer.ts";
 
 /** TLS material for {@linkcode serveRpc}. */
 export interface TlsOptions {
@@ -32,7 +33,7 @@ export interface ServeRpcOptions {
   interceptors?: Interceptor[];
   /** Largest accepted request message in bytes; default 4 MiB as grpc-go. */
   readMaxBytes?: number;
-  /** Per-request context values (e.g. the peer address). */
+  /** Per-request context values; the peer address ({@linkcode peerAddressKey}) is always set. */
   contextValues?: (req: http2.Http2ServerRequest) => ContextValues;
   /** Extra plain-HTTP handler tried before the RPC routes (e.g. /healthz); return true if handled. */
   httpHandler?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => boolean;
@@ -56,7 +57,10 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     interceptors: options.interceptors,
     readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,
     // deno-lint-ignore no-explicit-any
-    contextValues: options.contextValues as any,
+    contextValues: ((req: http2.Http2ServerRequest) => {
+      const values = options.contextValues?.(req) ?? createContextValues();
+      return values.set(peerAddressKey, req.socket?.remoteAddress ?? "unknown");
+    }) as any,
   });
   const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
     if (options.httpHandler?.(req, res)) return;

@@ -1,0 +1,139 @@
+/**
+ * Why an attested exchange failed, and how each reason maps to a Connect
+ * status code.
+ *
+ * Every failure of the exchange is an {@linkcode ExchangeError} with a
+ * machine-readable `reason`: nonce failures, structural failures of the
+ * attested request, and the {@linkcode AttestationFailure} reasons of the
+ * validator passed through unchanged (with their measurement mismatches).
+ * {@linkcode toConnectError} turns any error into the status a handler
+ * returns. Messages name the reason and never contain key material, nonces
+ * or plaintexts.
+ *
+ * @module
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  AttestationError,
+  type AttestationFailure,
+  type MeasurementMismatch,
+} from "../attestation/attestation.ts";
+
+/** Failures of the exchange itself (as opposed to the evidence's verdict). */
+export type ExchangeFailure =
+  | "nonce-malformed" // wrong length or version: not a nonce of this protocol
+  | "nonce-bad-mac" // the MAC does not verify: not issued under this verifier's nonce key
+  | "nonce-expired" // past its expiry
+  | "nonce-not-yet-valid" // its expiry lies further ahead than any nonce this verifier issues
+  | "nonce-replayed" // already consumed by this replica
+  | "nonce-capacity" // the single-use set is full of unexpired nonces; retry later
+  | "evidence-missing" // the attestation or its evidence is absent
+  | "evidence-malformed" // wrong sizes: public key, nonce or document
+  | "variant-mismatch" // evidence of another variant than the verifier validates
+  | "seal-failed" // the attested public key is not a usable X25519 key
+  | "open-failed"; // a sealed payload does not open under this exchange's key, info and aad
+
+/** Every reason an {@linkcode ExchangeError} can carry. */
+export type ExchangeErrorReason = ExchangeFailure | AttestationFailure;
+
+/** The attested exchange failed. Carries no secret. */
+export class ExchangeError extends Error {
+  /** The reason, machine-readable. */
+  readonly reason: ExchangeErrorReason;
+  /** Every measurement mismatch the validator found (enforced and warn-only). */
+  readonly mismatches: readonly MeasurementMismatch[];
+
+  constructor(
+    reason: ExchangeErrorReason,
+    message: string,
+    options: { mismatches?: readonly MeasurementMismatch[]; cause?: unknown } = {},
+  ) {
+    super(message, { cause: options.cause });
+    this.name = "ExchangeError";
+    this.reason = reason;
+    this.mismatches = options.mismatches ?? [];
+  }
+
+  /** Wraps a validator's verdict, keeping its reason and mismatch list. */
+  static fromAttestation(err: AttestationError): ExchangeError {
+    return new ExchangeError(err.reason, err.message, { mismatches: err.mismatches, cause: err });
+  }
+}
+
+const codes: Record<ExchangeErrorReason, Code> = {
+  "nonce-malformed": Code.InvalidArgument,
+  "nonce-bad-mac": Code.PermissionDenied,
+  "nonce-expired": Code.PermissionDenied,
+  "nonce-not-yet-valid": Code.PermissionDenied,
+  "nonce-replayed": Code.PermissionDenied,
+  "nonce-capacity": Code.ResourceExhausted,
+  "evidence-missing": Code.InvalidArgument,
+  "evidence-malformed": Code.InvalidArgument,
+  "variant-mismatch": Code.PermissionDenied,
+  "seal-failed": Code.InvalidArgument,
+  "open-failed": Code.InvalidArgument,
+  "malformed": Code.InvalidArgument,
+  "wrong-variant": Code.PermissionDenied,
+  "untrusted-key": Code.PermissionDenied,
+  "signature-invalid": Code.PermissionDenied,
+  "report-data-mismatch": Code.PermissionDenied,
+  "pcr-digest-mismatch": Code.PermissionDenied,
+  "measurement-mismatch": Code.PermissionDenied,
+  "unavailable": Code.Unavailable,
+};
+
+/** The Connect status code for an exchange failure reason. */
+export function connectCodeFor(reason: ExchangeErrorReason): Code {
+  return codes[reason];
+}
+
+/** One line per mismatch: `PCR[4] expected <hex>, got <hex> (enforced)`. */
+function describeMismatches(mismatches: readonly MeasurementMismatch[]): string {
+  return mismatches
+    .map((m) =>
+      `PCR[${m.index}] expected ${m.expected}, got ${m.actual ?? "nothing"} (${
+        m.enforced ? "enforced" : "warn-only"
+      })`
+    )
+    .join("; ");
+}
+
+/**
+ * Converts any error into the {@linkcode ConnectError} a handler returns.
+ *
+ * - {@linkcode ExchangeError} and {@linkcode AttestationError}: the code of
+ *   their reason (PermissionDenied for nonce and attestation failures,
+ *   InvalidArgument for malformed input, ResourceExhausted for a full nonce
+ *   set, Unavailable when evidence could not be produced). The message names
+ *   the reason; for a measurement mismatch it lists every mismatch
+ *   (enforced and warn-only) instead of the validator's own wording.
+ * - A {@linkcode ConnectError} is returned as is.
+ * - An aborted or timed-out call maps to Canceled or DeadlineExceeded.
+ * - Anything else is an Internal error whose message is withheld, because
+ *   it may come from anywhere; log the original before converting it.
+ */
+export function toConnectError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  const exchange = err instanceof ExchangeError
+    ? err
+    : err instanceof AttestationError
+    ? ExchangeError.fromAttestation(err)
+    : undefined;
+  if (exchange) {
+    // For a measurement mismatch the list is the whole story, in one format whatever the variant.
+    const detail = exchange.reason === "measurement-mismatch" && exchange.mismatches.length > 0
+      ? `measurements differ: ${describeMismatches(exchange.mismatches)}`
+      : exchange.message;
+    return new ConnectError(
+      `attested exchange rejected (${exchange.reason}): ${detail}`,
+      connectCodeFor(exchange.reason),
+    );
+  }
+  if (err instanceof DOMException && err.name === "TimeoutError") {
+    return new ConnectError("attested exchange timed out", Code.DeadlineExceeded);
+  }
+  if (err instanceof DOMException && err.name === "AbortError") {
+    return new ConnectError("attested exchange canceled", Code.Canceled);
+  }
+  return new ConnectError("internal error", Code.Internal);
+}

@@ -1,0 +1,193 @@
+/**
+ * Stateless challenge nonces for the attested exchange
+ * (docs/attested-exchange.md, "Nonces").
+ *
+ * A nonce is `version (1 byte, 0x01) ‖ expiry (u64 BE, Unix ms) ‖ 32 random
+ * bytes ‖ HMAC-SHA256(key, preceding 41 bytes)`, 73 bytes in all. Every
+ * replica of the verifier holds the same key (derived from the master
+ * secret through the key service under {@linkcode NONCE_KEY_ID}), so any
+ * replica accepts a nonce another issued without shared state. Each replica
+ * accepts a nonce once until it expires, remembering consumed nonces in a
+ * bounded set.
+ *
+ * @module
+ */
+import { toHex } from "../attestation/attestation.ts";
+import type { Clock } from "../clock.ts";
+import { ExchangeError } from "./errors.ts";
+
+/** Version byte of the nonce format. */
+export const NONCE_VERSION = 1;
+/** Length of the random part. */
+export const NONCE_RANDOM_LENGTH = 32;
+/** Length of the HMAC-SHA256 tag. */
+export const NONCE_TAG_LENGTH = 32;
+/** Length of the MAC'd body: version, expiry, random part. */
+const BODY_LENGTH = 1 + 8 + NONCE_RANDOM_LENGTH;
+/** Length of a whole nonce (73 bytes). */
+export const NONCE_LENGTH = BODY_LENGTH + NONCE_TAG_LENGTH;
+/** Length of the nonce MAC key. */
+export const NONCE_KEY_LENGTH = 32;
+/** Key ID under which the nonce key is derived from the master secret by the key service. */
+export const NONCE_KEY_ID = "joinServiceNonceKey";
+/** Default nonce lifetime: 2 minutes. */
+export const DEFAULT_NONCE_LIFETIME_MS = 2 * 60 * 1000;
+/** Default bound on consumed nonces remembered per replica. */
+export const DEFAULT_MAX_TRACKED_NONCES = 65_536;
+/** Default tolerance for replica clocks running ahead of this one. */
+export const DEFAULT_MAX_CLOCK_SKEW_MS = 30_000;
+
+/** Options for {@linkcode ChallengeNonces}. */
+export interface ChallengeNoncesOptions {
+  /** The nonce MAC key shared by all replicas, 32 bytes. Copied. */
+  key: Uint8Array;
+  /** Source of the current time. */
+  clock: Clock;
+  /** How long an issued nonce stays valid; default 2 minutes. */
+  lifetimeMs?: number;
+  /** Most consumed, unexpired nonces remembered; default 65,536. */
+  maxTracked?: number;
+  /**
+   * How far another replica's clock may run ahead: a nonce expiring later
+   * than now + lifetime + this is rejected as not yet valid. Default 30 s.
+   */
+  maxClockSkewMs?: number;
+}
+
+/** A freshly issued nonce. */
+export interface IssuedNonce {
+  /** The opaque nonce to hand to the attester. */
+  nonce: Uint8Array<ArrayBuffer>;
+  /** When it expires, Unix milliseconds. */
+  expiresAt: number;
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value <= 0) throw new RangeError(`${name} must be a positive integer`);
+  return value;
+}
+
+/**
+ * Issues and checks the verifier's challenge nonces.
+ *
+ * When the single-use set is full of unexpired nonces, {@linkcode consume}
+ * rejects further nonces with the retryable reason `nonce-capacity` rather
+ * than forgetting any unexpired one, so a replay can never slip through;
+ * room frees as tracked nonces expire (within one lifetime).
+ */
+export class ChallengeNonces {
+  readonly #key: Promise<CryptoKey>;
+  readonly #clock: Clock;
+  readonly #lifetimeMs: number;
+  readonly #maxTracked: number;
+  readonly #maxClockSkewMs: number;
+  /** Consumed nonces (hex of the random part) and their expiry. */
+  readonly #consumed = new Map<string, number>();
+  /** Earliest expiry in `#consumed`: before it, pruning would free nothing. */
+  #earliestExpiry = Infinity;
+  #nextPruneAt = 0;
+
+  constructor(options: ChallengeNoncesOptions) {
+    if (options.key.length !== NONCE_KEY_LENGTH) {
+      throw new RangeError(`nonce key must be ${NONCE_KEY_LENGTH} bytes, got ${options.key.length}`);
+    }
+    this.#clock = options.clock;
+    this.#lifetimeMs = positiveInteger("lifetimeMs", options.lifetimeMs ?? DEFAULT_NONCE_LIFETIME_MS);
+    this.#maxTracked = positiveInteger("maxTracked", options.maxTracked ?? DEFAULT_MAX_TRACKED_NONCES);
+    this.#maxClockSkewMs = options.maxClockSkewMs ?? DEFAULT_MAX_CLOCK_SKEW_MS;
+    if (!Number.isSafeInteger(this.#maxClockSkewMs) || this.#maxClockSkewMs < 0) {
+      throw new RangeError("maxClockSkewMs must be a non-negative integer");
+    }
+    this.#key = crypto.subtle.importKey(
+      "raw",
+      new Uint8Array(options.key),
+      { name: "HMAC", hash: "SHA-256" },
+      false,
+      ["sign", "verify"],
+    );
+  }
+
+  /** How many consumed nonces are remembered right now. */
+  get trackedCount(): number {
+    return this.#consumed.size;
+  }
+
+  /** Issues a fresh nonce valid for the configured lifetime. */
+  async issue(): Promise<IssuedNonce> {
+    const expiresAt = Math.trunc(this.#clock.now()) + this.#lifetimeMs;
+    const nonce = new Uint8Array(NONCE_LENGTH);
+    const view = new DataView(nonce.buffer);
+    view.setUint8(0, NONCE_VERSION);
+    view.setBigUint64(1, BigInt(expiresAt));
+    crypto.getRandomValues(nonce.subarray(9, BODY_LENGTH));
+    const body = nonce.slice(0, BODY_LENGTH);
+    nonce.set(new Uint8Array(await crypto.subtle.sign("HMAC", await this.#key, body)), BODY_LENGTH);
+    return { nonce, expiresAt };
+  }
+
+  /**
+   * Accepts `nonce` once. Throws {@linkcode ExchangeError} with reason
+   * `nonce-malformed`, `nonce-bad-mac`, `nonce-expired`,
+   * `nonce-not-yet-valid`, `nonce-replayed` or `nonce-capacity`.
+   */
+  async consume(nonce: Uint8Array): Promise<void> {
+    if (nonce.length !== NONCE_LENGTH) {
+      throw new ExchangeError("nonce-malformed", `nonce must be ${NONCE_LENGTH} bytes, got ${nonce.length}`);
+    }
+    if (nonce[0] !== NONCE_VERSION) {
+      throw new ExchangeError(
+        "nonce-malformed",
+        `unsupported nonce version ${nonce[0]}, want ${NONCE_VERSION}`,
+      );
+    }
+    const body = nonce.slice(0, BODY_LENGTH);
+    const tag = nonce.slice(BODY_LENGTH);
+    if (!await crypto.subtle.verify("HMAC", await this.#key, tag, body)) {
+      throw new ExchangeError("nonce-bad-mac", "nonce was not issued by this verifier (MAC does not verify)");
+    }
+    // From here on no await: checking and recording the nonce is atomic.
+    const now = this.#clock.now();
+    const expiresAt = Number(new DataView(body.buffer).getBigUint64(1));
+    if (now >= expiresAt) {
+      throw new ExchangeError(
+        "nonce-expired",
+        `nonce expired ${now - expiresAt} ms ago; get a new challenge`,
+      );
+    }
+    if (expiresAt > now + this.#lifetimeMs + this.#maxClockSkewMs) {
+      throw new ExchangeError(
+        "nonce-not-yet-valid",
+        "nonce expires later than any nonce this verifier issues (replica clocks out of sync?)",
+      );
+    }
+    if (now >= this.#nextPruneAt || this.#consumed.size >= this.#maxTracked) this.#prune(now);
+    const id = toHex(body.subarray(9));
+    if (this.#consumed.has(id)) {
+      throw new ExchangeError("nonce-replayed", "nonce was already used; get a new challenge");
+    }
+    if (this.#consumed.size >= this.#maxTracked) {
+      throw new ExchangeError(
+        "nonce-capacity",
+        "too many attested requests in flight; retry after a short wait with a new challenge",
+      );
+    }
+    this.#consumed.set(id, expiresAt);
+    this.#earliestExpiry = Math.min(this.#earliestExpiry, expiresAt);
+  }
+
+  /**
+   * Forgets consumed nonces that have expired (they are rejected as expired
+   * anyway). Scans only when something can have expired, so a full set of
+   * unexpired nonces costs nothing per call.
+   */
+  #prune(now: number): void {
+    if (now < this.#earliestExpiry) return;
+    let earliest = Infinity;
+    for (const [id, expiresAt] of this.#consumed) {
+      if (now >= expiresAt) this.#consumed.delete(id);
+      else earliest = Math.min(earliest, expiresAt);
+    }
+    this.#earliestExpiry = earliest;
+    this.#nextPruneAt = now + this.#lifetimeMs;
+  }
+}

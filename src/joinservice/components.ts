@@ -1,0 +1,123 @@
+/**
+ * The Kubernetes components list (binaries a node installs) as the
+ * bootstrapper stores it in the `k8s-components-…` ConfigMap and the join
+ * service hands it to joining nodes.
+ *
+ * The stored JSON is Go's `encoding/json` of a struct without tags:
+ * `[{"URL":"…","Hash":"sha256:…","InstallPath":"…","Extract":false}]`. Go
+ * matches keys case-insensitively and ignores unknown ones; so does
+ * {@linkcode parseComponents}. {@linkcode encodeComponents} emits the exact
+ * spelling.
+ *
+ * @module
+ */
+import { toHex } from "../attestation/attestation.ts";
+
+/** The ConfigMap data key holding the components JSON. */
+export const COMPONENTS_LIST_KEY = "components";
+/** Prefix of the components ConfigMap's name. */
+export const COMPONENTS_CONFIGMAP_PREFIX = "k8s-components-";
+
+/** One component; the fields of the `components.Component` proto message. */
+export interface KubernetesComponent {
+  /** Download URL (https or a `data:` URL). */
+  url: string;
+  /** `sha256:<64 lower-case hex>` of the download. */
+  hash: string;
+  /** Absolute path the node installs the download at. */
+  installPath: string;
+  /** The download is an archive to extract into `installPath`. */
+  extract: boolean;
+}
+
+/** The components JSON is malformed. */
+export class ComponentsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ComponentsError";
+  }
+}
+
+const HASH_PATTERN = /^sha256:[0-9a-f]{64}$/;
+
+/** JSON keys as Go writes them, by field. */
+const jsonKeys = { url: "URL", hash: "Hash", installPath: "InstallPath", extract: "Extract" } as const;
+type Field = keyof typeof jsonKeys;
+const fieldsByLowerKey = new Map(
+  (Object.keys(jsonKeys) as Field[]).map((field) => [jsonKeys[field].toLowerCase(), field]),
+);
+
+/**
+ * Parses and validates the components JSON. `null` is an empty list (as in
+ * Go). Each component needs a non-empty `URL`, a `Hash` of the form
+ * `sha256:<64 lower-case hex>` and an absolute `InstallPath`; `Extract`
+ * defaults to false. Throws {@linkcode ComponentsError}.
+ */
+export function parseComponents(json: string): KubernetesComponent[] {
+  if (json.trim() === "") throw new ComponentsError("components JSON is empty");
+  let value: unknown;
+  try {
+    value = JSON.parse(json);
+  } catch (error) {
+    throw new ComponentsError(`components JSON is invalid: ${(error as Error).message}`);
+  }
+  if (value === null) return [];
+  if (!Array.isArray(value)) {
+    throw new ComponentsError(`components must be a JSON array, got ${typeName(value)}`);
+  }
+  return value.map((item, index) => parseComponent(item, index));
+}
+
+function parseComponent(item: unknown, index: number): KubernetesComponent {
+  const fail = (why: string): never => {
+    throw new ComponentsError(`component ${index}: ${why}`);
+  };
+  if (typeof item !== "object" || item === null || Array.isArray(item)) {
+    fail(`must be a JSON object, got ${typeName(item)}`);
+  }
+  const component: KubernetesComponent = { url: "", hash: "", installPath: "", extract: false };
+  for (const [key, value] of Object.entries(item as Record<string, unknown>)) {
+    const field = fieldsByLowerKey.get(key.toLowerCase());
+    if (field === undefined || value === null) continue; // Go ignores unknown keys and nulls
+    const expected = field === "extract" ? "boolean" : "string";
+    if (typeName(value) !== expected) {
+      fail(`"${jsonKeys[field]}" must be a ${expected}, got ${typeName(value)}`);
+    }
+    (component as unknown as Record<Field, unknown>)[field] = value;
+  }
+  if (component.url === "") fail(`"URL" is missing or empty`);
+  if (!HASH_PATTERN.test(component.hash)) {
+    fail(`"Hash" must be sha256:<64 lower-case hex digits>, got ${JSON.stringify(component.hash)}`);
+  }
+  if (!component.installPath.startsWith("/")) {
+    fail(`"InstallPath" must be an absolute path, got ${JSON.stringify(component.installPath)}`);
+  }
+  return component;
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "array";
+  return typeof value;
+}
+
+/** The components JSON with Go's key spelling, for the ConfigMap. */
+export function encodeComponents(components: readonly KubernetesComponent[]): string {
+  return JSON.stringify(components.map((c) => ({
+    [jsonKeys.url]: c.url,
+    [jsonKeys.hash]: c.hash,
+    [jsonKeys.installPath]: c.installPath,
+    [jsonKeys.extract]: c.extract,
+  })));
+}
+
+/** `"sha256:"` + hex SHA-256 of every component's hash string concatenated in list order. */
+export async function componentsHash(components: readonly KubernetesComponent[]): Promise<string> {
+  const concatenated = new TextEncoder().encode(components.map((c) => c.hash).join(""));
+  return `sha256:${toHex(new Uint8Array(await crypto.subtle.digest("SHA-256", concatenated)))}`;
+}
+
+/** The components ConfigMap's name: `k8s-components-sha256-<hex>` ({@linkcode componentsHash}, `:` → `-`). */
+export async function componentsConfigMapName(components: readonly KubernetesComponent[]): Promise<string> {
+  return COMPONENTS_CONFIGMAP_PREFIX + (await componentsHash(components)).replace(":", "-");
+}

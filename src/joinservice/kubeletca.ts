@@ -1,0 +1,639 @@
+/**
+ * The cluster CA as the join service uses it: loaded from `ca.crt` and
+ * `ca.key`, and signing kubelet certificates from the DER CSRs joining nodes
+ * send.
+ *
+ * The original signed any self-signed CSR with the right O and CN and
+ * silently dropped everything else it asked for. This signer rejects a CSR
+ * that asks for anything it would not get (DNS, e-mail or URI names, other
+ * subject attributes, other extensions), so a node learns its request was
+ * wrong instead of getting a different certificate than it asked for.
+ * Malformed or unsupported CA files give a clear error (the original
+ * crashed on a key file without PEM data); no error carries key bytes.
+ *
+ * @module
+ */
+import { AsnConvert } from "@peculiar/asn1-schema";
+import { ECParameters, ECPrivateKey, id_ecPublicKey, id_secp256r1, id_secp384r1 } from "@peculiar/asn1-ecc";
+import { id_rsaEncryption, RSAPrivateKey } from "@peculiar/asn1-rsa";
+import { PrivateKey, PrivateKeyInfo } from "@peculiar/asn1-pkcs8";
+import { AlgorithmIdentifier, Extensions, id_ce_subjectAltName, type Name } from "@peculiar/asn1-x509";
+import { CertificationRequest } from "@peculiar/asn1-csr";
+import * as asn1js from "asn1js";
+import * as x509 from "../x509/x509.ts";
+import { type Clock, systemClock } from "../clock.ts";
+import { NodeNameError, nodeNameFromCommonName } from "./nodename.ts";
+
+/** Where kubeadm keeps the cluster CA. */
+export const DEFAULT_CA_CERT_FILE = "/etc/kubernetes/pki/ca.crt";
+/** Where kubeadm keeps the cluster CA key. */
+export const DEFAULT_CA_KEY_FILE = "/etc/kubernetes/pki/ca.key";
+
+/** The only organization a kubelet certificate may have. */
+export const NODES_ORGANIZATION = "system:nodes";
+
+/** Kubelet certificates start this long before they are issued (clock skew between nodes). */
+export const KUBELET_CERT_BACKDATE_MS = 2 * 60 * 60 * 1000;
+/** Kubelet certificates are valid this long after they are issued (8760 h, one year). */
+export const KUBELET_CERT_VALIDITY_MS = 8760 * 60 * 60 * 1000;
+
+/** Why the CA could not be loaded or a CSR could not be signed. */
+export type KubeletCaErrorCode =
+  | "ca-unreadable" // a CA file cannot be read
+  | "ca-certificate-invalid" // ca.crt has no usable certificate
+  | "ca-key-invalid" // ca.key has no usable key
+  | "ca-key-unsupported" // ca.key holds a key type or curve we cannot sign with
+  | "ca-key-mismatch" // ca.key is not the key of ca.crt
+  | "csr-malformed" // the CSR is not a DER PKCS#10 request
+  | "csr-signature-invalid" // the CSR's self-signature does not verify
+  | "csr-rejected"; // the CSR asks for something a kubelet certificate may not have
+
+/** The CA could not be loaded or a CSR could not be signed. Never carries key material. */
+export class KubeletCaError extends Error {
+  /** Machine-readable reason. */
+  readonly code: KubeletCaErrorCode;
+
+  constructor(code: KubeletCaErrorCode, message: string) {
+    super(message);
+    this.name = "KubeletCaError";
+    this.code = code;
+  }
+}
+
+/** A loaded cluster CA, ready to sign. */
+export interface KubeletCa {
+  /** The CA certificate (first certificate of `ca.crt`). */
+  readonly certificate: x509.X509Certificate;
+  /** The CA private key, non-extractable. */
+  readonly privateKey: CryptoKey;
+  /** The signature algorithm for certificates this CA issues (SHA-256 for P-256 and RSA). */
+  readonly signingAlgorithm: EcdsaParams | Algorithm;
+}
+
+/** Options for {@linkcode readKubeletCa}. */
+export interface ReadKubeletCaOptions {
+  /** CA certificate file; default {@linkcode DEFAULT_CA_CERT_FILE}. */
+  certFile?: string;
+  /** CA key file; default {@linkcode DEFAULT_CA_KEY_FILE}. */
+  keyFile?: string;
+  /** Aborts the file reads. */
+  signal?: AbortSignal;
+}
+
+/** Reads and loads the cluster CA from its files (see {@linkcode parseKubeletCa}). */
+export async function readKubeletCa(options: ReadKubeletCaOptions = {}): Promise<KubeletCa> {
+  const certFile = options.certFile ?? DEFAULT_CA_CERT_FILE;
+  const keyFile = options.keyFile ?? DEFAULT_CA_KEY_FILE;
+  const read = async (path: string, what: string) => {
+    try {
+      return await Deno.readTextFile(path, { signal: options.signal });
+    } catch (error) {
+      if (options.signal?.aborted) throw error;
+      const why = error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).name;
+      throw new KubeletCaError("ca-unreadable", `reading ${what} ${path}: ${why}`);
+    }
+  };
+  const [certPem, keyPem] = await Promise.all([read(certFile, "CA certificate"), read(keyFile, "CA key")]);
+  return await parseKubeletCa(certPem, keyPem, { certSource: certFile, keySource: keyFile });
+}
+
+/** Options for {@linkcode parseKubeletCa}: names of the inputs for error messages. */
+export interface ParseKubeletCaOptions {
+  /** How errors name the certificate input; default "ca.crt". */
+  certSource?: string;
+  /** How errors name the key input; default "ca.key". */
+  keySource?: string;
+}
+
+/**
+ * Loads the cluster CA from PEM: the first `CERTIFICATE` block of `certPem`
+ * and the first PEM block of `keyPem`, which must be an `EC PRIVATE KEY`
+ * (SEC1), `RSA PRIVATE KEY` (PKCS#1) or `PRIVATE KEY` (PKCS#8) holding a
+ * P-256, P-384 or RSA key that matches the certificate's public key.
+ * Throws {@linkcode KubeletCaError}.
+ */
+export async function parseKubeletCa(
+  certPem: string,
+  keyPem: string,
+  options: ParseKubeletCaOptions = {},
+): Promise<KubeletCa> {
+  const sources = { cert: options.certSource ?? "ca.crt", key: options.keySource ?? "ca.key" };
+  const certificate = parseCaCertificate(certPem, sources.cert);
+  const key = await importCaKey(keyPem, sources.key);
+  await checkKeyMatchesCertificate(key, certificate, sources);
+  return { certificate, privateKey: key.privateKey, signingAlgorithm: key.signingAlgorithm };
+}
+
+/**
+ * The first `CERTIFICATE` block of a PEM text, parsed. `source` names the
+ * input in errors. Throws {@linkcode KubeletCaError}.
+ */
+export function parseCaCertificate(pem: string, source: string): x509.X509Certificate {
+  const blocks = decodePem(pem, source, "ca-certificate-invalid");
+  const block = blocks.find((b) => b.type === "CERTIFICATE");
+  if (!block) {
+    throw new KubeletCaError(
+      "ca-certificate-invalid",
+      `no CERTIFICATE PEM block found in ${source} (found ${
+        blocks.map((b) => JSON.stringify(b.type)).join(", ")
+      })`,
+    );
+  }
+  try {
+    return new x509.X509Certificate(block.rawData);
+  } catch {
+    throw new KubeletCaError(
+      "ca-certificate-invalid",
+      `${source}: CERTIFICATE is not a valid X.509 certificate`,
+    );
+  }
+}
+
+/** Options for {@linkcode signKubeletCertificate}. */
+export interface SignKubeletCertificateOptions {
+  /** Time source for the validity window; default the system clock. */
+  clock?: Clock;
+}
+
+/**
+ * Signs a kubelet certificate for a DER PKCS#10 CSR and returns it as PEM.
+ *
+ * The CSR must verify under its own key, have exactly the subject
+ * `O=system:nodes, CN=system:node:<name>` and request nothing but IP
+ * addresses as subject alternative names. The certificate has a random
+ * positive 128-bit serial, is valid from now − 2 h to now + 8760 h, has key
+ * usage digitalSignature|keyEncipherment (critical), extended key usage
+ * clientAuth and serverAuth, `CA:FALSE`, the CSR's IP addresses and the CA's
+ * key identifier as authority key identifier (when the CA has one).
+ * Throws {@linkcode KubeletCaError}.
+ */
+export async function signKubeletCertificate(
+  csrDer: Uint8Array,
+  ca: KubeletCa,
+  options: SignKubeletCertificateOptions = {},
+): Promise<string> {
+  const csr = parseCertificateRequest(csrDer);
+  await verifyCertificateRequestSignature(csrDer);
+  const request = checkCertificateRequest(csr);
+
+  const now = (options.clock ?? systemClock).now();
+  const extensions: x509.Extension[] = [
+    new x509.KeyUsagesExtension(
+      x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment,
+      true,
+    ),
+    new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth, x509.ExtendedKeyUsage.serverAuth]),
+    new x509.BasicConstraintsExtension(false, undefined, true),
+  ];
+  const caKeyId = ca.certificate.getExtension(x509.SubjectKeyIdentifierExtension)?.keyId;
+  if (caKeyId) extensions.push(new x509.AuthorityKeyIdentifierExtension(caKeyId));
+  if (request.ipAddresses.length > 0) extensions.push(ipAddressesExtension(request.ipAddresses));
+
+  const certificate = await x509.X509CertificateGenerator.create({
+    serialNumber: randomSerialNumber(),
+    subject: new x509.Name(AsnConvert.serialize(csr.certificationRequestInfo.subject)),
+    issuer: new x509.Name(ca.certificate.subjectName.toArrayBuffer()),
+    notBefore: new Date(now - KUBELET_CERT_BACKDATE_MS),
+    notAfter: new Date(now + KUBELET_CERT_VALIDITY_MS),
+    publicKey: AsnConvert.serialize(csr.certificationRequestInfo.subjectPKInfo),
+    signingKey: ca.privateKey,
+    signingAlgorithm: ca.signingAlgorithm,
+    extensions,
+  });
+  return certificate.toString("pem") + "\n";
+}
+
+/**
+ * The node name a kubelet CSR asks for: its common name without the
+ * `system:node:` prefix. Like the original, this does not check the CSR's
+ * signature (signing does). Normalize the result with
+ * `k8sCompliantHostname` (nodename.ts) before using it as an object name.
+ * Throws {@linkcode KubeletCaError}.
+ */
+export function nodeNameFromCsr(csrDer: Uint8Array): string {
+  const csr = parseCertificateRequest(csrDer);
+  const commonNames = subjectAttributes(csr.certificationRequestInfo.subject)
+    .filter((a) => a.type === OID_COMMON_NAME)
+    .map((a) => a.value);
+  if (commonNames.length !== 1) {
+    throw rejected(`certificate request must have exactly one common name but has ${describe(commonNames)}`);
+  }
+  return nodeNameOf(commonNames[0]);
+}
+
+// --- PEM and keys ---
+
+interface PemBlock {
+  type: string;
+  rawData: ArrayBuffer;
+  headers: { key: string }[];
+}
+
+function decodePem(pem: string, source: string, code: KubeletCaErrorCode): PemBlock[] {
+  let blocks: PemBlock[];
+  try {
+    blocks = x509.PemConverter.decodeWithHeaders(pem);
+  } catch {
+    throw new KubeletCaError(code, `${source}: PEM data is malformed`);
+  }
+  if (blocks.length === 0) throw new KubeletCaError(code, `no PEM data found in ${source}`);
+  return blocks;
+}
+
+const PEM_EC_PRIVATE_KEY = "EC PRIVATE KEY";
+const PEM_RSA_PRIVATE_KEY = "RSA PRIVATE KEY";
+const PEM_PRIVATE_KEY = "PRIVATE KEY";
+
+/** ECDSA curves WebCrypto signs with, by curve OID, with the hash Go's x509 pairs with each. */
+const ecCurves: Record<string, { namedCurve: string; hash: string }> = {
+  [id_secp256r1]: { namedCurve: "P-256", hash: "SHA-256" },
+  [id_secp384r1]: { namedCurve: "P-384", hash: "SHA-384" },
+};
+
+const keyAlgorithmNames: Record<string, string> = {
+  "1.3.101.112": "Ed25519",
+  "1.3.101.113": "Ed448",
+  "1.2.840.113549.1.1.10": "RSASSA-PSS",
+  "1.2.840.10040.4.1": "DSA",
+};
+
+interface ImportedCaKey {
+  privateKey: CryptoKey;
+  signingAlgorithm: EcdsaParams | Algorithm;
+  verifyAlgorithm: EcKeyImportParams | RsaHashedImportParams;
+}
+
+async function importCaKey(pem: string, source: string): Promise<ImportedCaKey> {
+  const block = decodePem(pem, source, "ca-key-invalid")[0];
+  if (block.headers.length > 0) {
+    throw new KubeletCaError(
+      "ca-key-unsupported",
+      `${source}: PEM headers are not supported (is the key encrypted?)`,
+    );
+  }
+  const pkcs8 = toPrivateKeyInfo(block, source);
+  const algorithm = pkcs8.privateKeyAlgorithm.algorithm;
+  let importAlgorithm: EcKeyImportParams | RsaHashedImportParams;
+  let signingAlgorithm: EcdsaParams | Algorithm;
+  if (algorithm === id_rsaEncryption) {
+    importAlgorithm = { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" };
+    signingAlgorithm = { name: "RSASSA-PKCS1-v1_5" };
+  } else if (algorithm === id_ecPublicKey) {
+    const curveOid = namedCurveOf(pkcs8.privateKeyAlgorithm.parameters, source);
+    const curve = ecCurves[curveOid];
+    if (!curve) {
+      throw new KubeletCaError("ca-key-unsupported", `${source}: unsupported elliptic curve ${curveOid}`);
+    }
+    importAlgorithm = { name: "ECDSA", namedCurve: curve.namedCurve };
+    signingAlgorithm = { name: "ECDSA", hash: curve.hash };
+  } else {
+    const name = keyAlgorithmNames[algorithm] ?? algorithm;
+    throw new KubeletCaError("ca-key-unsupported", `${source}: unsupported private key algorithm ${name}`);
+  }
+  const der = new Uint8Array(AsnConvert.serialize(pkcs8));
+  try {
+    const privateKey = await crypto.subtle.importKey("pkcs8", der, importAlgorithm, false, ["sign"]);
+    return { privateKey, signingAlgorithm, verifyAlgorithm: importAlgorithm };
+  } catch {
+    throw new KubeletCaError("ca-key-invalid", `${source}: the ${block.type} is not a valid key`);
+  } finally {
+    der.fill(0);
+  }
+}
+
+/** The PKCS#8 form of a SEC1, PKCS#1 or PKCS#8 key block (WebCrypto imports only PKCS#8). */
+function toPrivateKeyInfo(block: PemBlock, source: string): PrivateKeyInfo {
+  const malformed = () => new KubeletCaError("ca-key-invalid", `${source}: malformed ${block.type}`);
+  switch (block.type) {
+    case PEM_EC_PRIVATE_KEY: {
+      const key = parseDer(block.rawData, ECPrivateKey, malformed);
+      const namedCurve = key.parameters?.namedCurve;
+      if (!namedCurve) throw unnamedCurve(source);
+      return new PrivateKeyInfo({
+        privateKeyAlgorithm: new AlgorithmIdentifier({
+          algorithm: id_ecPublicKey,
+          parameters: AsnConvert.serialize(new ECParameters({ namedCurve })),
+        }),
+        privateKey: new PrivateKey(block.rawData),
+      });
+    }
+    case PEM_RSA_PRIVATE_KEY:
+      parseDer(block.rawData, RSAPrivateKey, malformed);
+      return new PrivateKeyInfo({
+        privateKeyAlgorithm: new AlgorithmIdentifier({ algorithm: id_rsaEncryption, parameters: null }),
+        privateKey: new PrivateKey(block.rawData),
+      });
+    case PEM_PRIVATE_KEY:
+      return parseDer(block.rawData, PrivateKeyInfo, malformed);
+    default:
+      throw new KubeletCaError(
+        "ca-key-unsupported",
+        `unsupported key type ${JSON.stringify(block.type)} in ${source} ` +
+          `(want "${PEM_EC_PRIVATE_KEY}", "${PEM_RSA_PRIVATE_KEY}" or "${PEM_PRIVATE_KEY}")`,
+      );
+  }
+}
+
+function namedCurveOf(parameters: ArrayBuffer | null | undefined, source: string): string {
+  const malformed = () =>
+    new KubeletCaError("ca-key-invalid", `${source}: malformed elliptic curve parameters`);
+  const namedCurve = parameters ? parseDer(parameters, ECParameters, malformed).namedCurve : undefined;
+  if (!namedCurve) throw unnamedCurve(source);
+  return namedCurve;
+}
+
+function unnamedCurve(source: string): KubeletCaError {
+  return new KubeletCaError("ca-key-unsupported", `${source}: the EC private key does not name its curve`);
+}
+
+async function checkKeyMatchesCertificate(
+  key: ImportedCaKey,
+  certificate: x509.X509Certificate,
+  sources: { cert: string; key: string },
+): Promise<void> {
+  const mismatch = () =>
+    new KubeletCaError(
+      "ca-key-mismatch",
+      `CA key does not match CA certificate (${sources.key}, ${sources.cert})`,
+    );
+  let publicKey: CryptoKey;
+  try {
+    publicKey = await crypto.subtle.importKey(
+      "spki",
+      new Uint8Array(certificate.publicKey.rawData),
+      key.verifyAlgorithm,
+      false,
+      ["verify"],
+    );
+  } catch {
+    throw mismatch(); // the certificate's key is of another type or curve
+  }
+  const probe = crypto.getRandomValues(new Uint8Array(32));
+  let signature: ArrayBuffer;
+  try {
+    signature = await crypto.subtle.sign(key.signingAlgorithm, key.privateKey, probe);
+  } catch {
+    // WebCrypto imports some invalid keys (e.g. a zero EC scalar) and only fails when signing.
+    throw new KubeletCaError("ca-key-invalid", `${sources.key}: the CA key is not a valid key`);
+  }
+  if (!await crypto.subtle.verify(key.signingAlgorithm, publicKey, signature, probe)) throw mismatch();
+}
+
+// --- certificate requests ---
+
+const OID_COMMON_NAME = "2.5.4.3";
+const OID_ORGANIZATION = "2.5.4.10";
+const OID_EXTENSION_REQUEST = "1.2.840.113549.1.9.14";
+
+/** Readable names of OIDs that appear in CSRs, for error messages. */
+const oidNames: Record<string, string> = {
+  "2.5.4.6": "C",
+  "2.5.4.8": "ST",
+  "2.5.4.7": "L",
+  "2.5.4.9": "street",
+  "2.5.4.17": "postalCode",
+  [OID_ORGANIZATION]: "O",
+  "2.5.4.11": "OU",
+  [OID_COMMON_NAME]: "CN",
+  "2.5.4.5": "serialNumber",
+  "2.5.4.4": "SN",
+  "2.5.4.42": "GN",
+  "2.5.4.12": "title",
+  "0.9.2342.19200300.100.1.25": "DC",
+  "0.9.2342.19200300.100.1.1": "UID",
+  "1.2.840.113549.1.9.1": "emailAddress",
+  "1.2.840.113549.1.9.2": "unstructuredName",
+  "1.2.840.113549.1.9.7": "challengePassword",
+  [OID_EXTENSION_REQUEST]: "extensionRequest",
+  "2.5.29.14": "subjectKeyIdentifier",
+  "2.5.29.15": "keyUsage",
+  "2.5.29.17": "subjectAltName",
+  "2.5.29.18": "issuerAltName",
+  "2.5.29.19": "basicConstraints",
+  "2.5.29.30": "nameConstraints",
+  "2.5.29.35": "authorityKeyIdentifier",
+  "2.5.29.37": "extKeyUsage",
+};
+
+function oidName(oid: string): string {
+  const name = oidNames[oid];
+  return name ? `${name} (${oid})` : oid;
+}
+
+function rejected(message: string): KubeletCaError {
+  return new KubeletCaError("csr-rejected", message);
+}
+
+/** "none", or the count and the quoted values. */
+function describe(values: string[]): string {
+  return values.length === 0
+    ? "none"
+    : `${values.length} (${values.map((v) => JSON.stringify(v)).join(", ")})`;
+}
+
+function parseCertificateRequest(der: Uint8Array): CertificationRequest {
+  if (der.length === 0) throw new KubeletCaError("csr-malformed", "certificate request is empty");
+  return parseDer(
+    der,
+    CertificationRequest,
+    () => new KubeletCaError("csr-malformed", "certificate request is not a DER-encoded PKCS#10 request"),
+  );
+}
+
+async function verifyCertificateRequestSignature(der: Uint8Array): Promise<void> {
+  let valid: boolean;
+  try {
+    valid = await new x509.Pkcs10CertificateRequest(der.slice()).verify();
+  } catch {
+    throw new KubeletCaError(
+      "csr-signature-invalid",
+      "certificate request signature cannot be verified (unsupported key or signature algorithm)",
+    );
+  }
+  if (!valid) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
+}
+
+interface SubjectAttribute {
+  type: string;
+  value: string;
+}
+
+function subjectAttributes(name: Name): SubjectAttribute[] {
+  return name.flatMap((rdn) =>
+    rdn.map((atv) => ({
+      type: atv.type,
+      value: atv.value.anyValue === undefined ? atv.value.toString() : "<not a string>",
+    }))
+  );
+}
+
+function nodeNameOf(commonName: string): string {
+  try {
+    return nodeNameFromCommonName(commonName);
+  } catch (error) {
+    if (error instanceof NodeNameError) throw rejected(error.message);
+    throw error;
+  }
+}
+
+/** Applies the kubelet certificate rules to a (signature-checked) CSR; returns what it may have. */
+function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint8Array[] } {
+  const info = csr.certificationRequestInfo;
+  const attributes = subjectAttributes(info.subject);
+  const valuesOf = (type: string) => attributes.filter((a) => a.type === type).map((a) => a.value);
+
+  const organizations = valuesOf(OID_ORGANIZATION);
+  if (organizations.length !== 1) {
+    throw rejected(
+      `certificate request must have exactly one organization but has ${describe(organizations)}`,
+    );
+  }
+  if (organizations[0] !== NODES_ORGANIZATION) {
+    throw rejected(
+      `certificate request must have organization "${NODES_ORGANIZATION}" but has ${
+        JSON.stringify(organizations[0])
+      }`,
+    );
+  }
+  const commonNames = valuesOf(OID_COMMON_NAME);
+  if (commonNames.length !== 1) {
+    throw rejected(`certificate request must have exactly one common name but has ${describe(commonNames)}`);
+  }
+  nodeNameOf(commonNames[0]);
+  const other = attributes.find((a) => a.type !== OID_ORGANIZATION && a.type !== OID_COMMON_NAME);
+  if (other) {
+    throw rejected(
+      `certificate request may not contain subject attribute ${oidName(other.type)} (got ${
+        JSON.stringify(other.value)
+      })`,
+    );
+  }
+
+  const ipAddresses: Uint8Array[] = [];
+  let sawExtensionRequest = false;
+  let sawAltNames = false;
+  for (const attribute of info.attributes) {
+    if (attribute.type !== OID_EXTENSION_REQUEST) {
+      throw rejected(`certificate request may not contain attribute ${oidName(attribute.type)}`);
+    }
+    if (sawExtensionRequest || attribute.values.length !== 1) {
+      throw rejected("certificate request must have at most one extension request with one value");
+    }
+    sawExtensionRequest = true;
+    const extensions = parseDer(
+      attribute.values[0],
+      Extensions,
+      () => new KubeletCaError("csr-malformed", "certificate request has a malformed extension request"),
+    );
+    for (const extension of extensions) {
+      if (extension.extnID !== id_ce_subjectAltName) {
+        throw rejected(`certificate request may not contain extension ${oidName(extension.extnID)}`);
+      }
+      if (sawAltNames) throw rejected("certificate request has more than one subjectAltName extension");
+      sawAltNames = true;
+      ipAddresses.push(...ipAddressesOf(new Uint8Array(extension.extnValue.buffer)));
+    }
+  }
+  return { ipAddresses };
+}
+
+/** GeneralName tags (RFC 5280 §4.2.1.6) other than iPAddress, by what a CSR may not contain. */
+const forbiddenNameKinds: Record<number, string> = {
+  0: "other names",
+  1: "email addresses",
+  2: "DNS names",
+  3: "X.400 addresses",
+  4: "directory names",
+  5: "EDI party names",
+  6: "URIs",
+  8: "registered IDs",
+};
+const TAG_IP_ADDRESS = 7;
+const TAG_CLASS_CONTEXT = 3;
+/** GeneralName kinds whose value is an IA5String, shown in errors. */
+const textNameTags = new Set([1, 2, 6]);
+
+/** The IP addresses of a subjectAltName extension value; any other kind of name is rejected. */
+function ipAddressesOf(der: Uint8Array): Uint8Array[] {
+  const malformed = () =>
+    new KubeletCaError("csr-malformed", "certificate request has a malformed subjectAltName extension");
+  const parsed = asn1js.fromBER(der);
+  if (parsed.offset !== der.length || !(parsed.result instanceof asn1js.Sequence)) throw malformed();
+  const ipAddresses: Uint8Array[] = [];
+  const forbidden = new Map<number, string[]>();
+  for (const name of parsed.result.valueBlock.value) {
+    const { tagClass, tagNumber } = name.idBlock;
+    if (
+      tagClass !== TAG_CLASS_CONTEXT || !(tagNumber in forbiddenNameKinds || tagNumber === TAG_IP_ADDRESS)
+    ) {
+      throw malformed();
+    }
+    const value = name.valueBlock instanceof asn1js.ValueBlock && "valueHexView" in name.valueBlock
+      ? new Uint8Array(name.valueBlock.valueHexView as Uint8Array)
+      : undefined;
+    if (tagNumber === TAG_IP_ADDRESS) {
+      if (!value || name.idBlock.isConstructed) throw malformed();
+      if (value.length !== 4 && value.length !== 16) {
+        throw rejected(`certificate request has an IP address of invalid length ${value.length}`);
+      }
+      ipAddresses.push(value);
+      continue;
+    }
+    const shown = forbidden.get(tagNumber) ?? [];
+    if (value && textNameTags.has(tagNumber)) shown.push(new TextDecoder("latin1").decode(value));
+    forbidden.set(tagNumber, shown);
+  }
+  for (const [tag, values] of [...forbidden].sort(([a], [b]) => a - b)) {
+    const got = values.length > 0 ? ` (got ${values.map((v) => JSON.stringify(v)).join(", ")})` : "";
+    throw rejected(`certificate request may not contain ${forbiddenNameKinds[tag]}${got}`);
+  }
+  return ipAddresses;
+}
+
+function ipAddressesExtension(ipAddresses: Uint8Array[]): x509.Extension {
+  const names = new asn1js.Sequence({
+    value: ipAddresses.map((ip) =>
+      new asn1js.Primitive({
+        idBlock: { tagClass: TAG_CLASS_CONTEXT, tagNumber: TAG_IP_ADDRESS },
+        valueHex: ip,
+      })
+    ),
+  });
+  return new x509.Extension(id_ce_subjectAltName, false, names.toBER());
+}
+
+function randomSerialNumber(): string {
+  return crypto.getRandomValues(new Uint8Array(16)).toHex();
+}
+
+// --- DER ---
+
+/**
+ * Parses DER into an ASN.1 schema class, requiring that the encoding spans
+ * the whole input (the ASN.1 library ignores trailing bytes; Go rejects them).
+ */
+function parseDer<T>(
+  data: ArrayBuffer | Uint8Array,
+  schema: new () => T,
+  onError: () => KubeletCaError,
+): T {
+  const bytes = new Uint8Array(data);
+  if (derLength(bytes) !== bytes.length) throw onError();
+  try {
+    return AsnConvert.parse(bytes, schema);
+  } catch {
+    throw onError();
+  }
+}
+
+/** Length of the DER element at the start of `bytes` (single-byte tag), or -1 when it is malformed. */
+function derLength(bytes: Uint8Array): number {
+  if (bytes.length < 2 || (bytes[0] & 0x1f) === 0x1f) return -1;
+  const first = bytes[1];
+  if (first < 0x80) return 2 + first;
+  const count = first & 0x7f;
+  if (count === 0 || count > 4 || bytes.length < 2 + count) return -1;
+  let length = 0;
+  for (let i = 0; i < count; i++) length = length * 256 + bytes[2 + i];
+  return 2 + count + length;
+}

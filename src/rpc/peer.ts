@@ -1,0 +1,9 @@
+/**
+ * The remote peer of an RPC, as a Connect context value.
+ *
+ * @module
+ */
+import { createContextKey } from "@connectrpc/connect";
+
+/** Remote address ("ip" or "unknown") of the call, set by serveRpc for every request. */
+export const peerAddressKey = createContextKey<string>("unknown", { description: "remote peer address" });

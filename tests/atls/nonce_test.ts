@@ -1,0 +1,167 @@
+import assert from "node:assert/strict";
+import { toHex } from "../../src/attestation/attestation.ts";
+import { ExchangeError } from "../../src/atls/errors.ts";
+import { ChallengeNonces, DEFAULT_NONCE_LIFETIME_MS, NONCE_LENGTH } from "../../src/atls/nonce.ts";
+import { ManualClock } from "./manual_clock.ts";
+
+const START = Date.UTC(2026, 0, 1);
+const key = Uint8Array.from({ length: 32 }, (_, i) => i);
+const fromHex = (s: string) => Uint8Array.from(s.match(/../g)!, (b) => parseInt(b, 16));
+
+function nonces(options: { clock?: ManualClock; maxTracked?: number; key?: Uint8Array } = {}) {
+  const clock = options.clock ?? new ManualClock(START);
+  return {
+    clock,
+    nonces: new ChallengeNonces({ key: options.key ?? key, clock, maxTracked: options.maxTracked }),
+  };
+}
+
+async function rejectsWith(promise: Promise<unknown>, reason: string, message?: RegExp): Promise<void> {
+  await assert.rejects(promise, (err: unknown) => {
+    assert.ok(err instanceof ExchangeError, `want ExchangeError, got ${err}`);
+    assert.equal(err.reason, reason);
+    if (message) assert.match(err.message, message);
+    return true;
+  });
+}
+
+Deno.test("an issued nonce has the documented layout and is accepted once", async () => {
+  const { nonces: n } = nonces();
+  const { nonce, expiresAt } = await n.issue();
+  assert.equal(nonce.length, NONCE_LENGTH);
+  assert.equal(expiresAt, START + DEFAULT_NONCE_LIFETIME_MS);
+  const view = new DataView(nonce.buffer);
+  assert.equal(view.getUint8(0), 1);
+  assert.equal(Number(view.getBigUint64(1)), expiresAt);
+  const hmacKey = await crypto.subtle.importKey("raw", key, { name: "HMAC", hash: "SHA-256" }, false, [
+    "sign",
+  ]);
+  const tag = new Uint8Array(await crypto.subtle.sign("HMAC", hmacKey, nonce.slice(0, 41)));
+  assert.equal(toHex(nonce.subarray(41)), toHex(tag));
+
+  await n.consume(nonce);
+  assert.equal(n.trackedCount, 1);
+});
+
+Deno.test("issued nonces differ", async () => {
+  const { nonces: n } = nonces();
+  const a = await n.issue();
+  const b = await n.issue();
+  assert.notEqual(toHex(a.nonce), toHex(b.nonce));
+});
+
+Deno.test("the documented nonce vector is accepted under its key until it expires", async () => {
+  const vector = fromHex(
+    "01" + "0000019b76daa800" + "11".repeat(32) +
+      "f973262e1bf49ef0b5a19d7930cb062b1717174b4a11d1feffbdf5ef961281bf",
+  );
+  const expiry = Date.UTC(2026, 0, 1);
+  await nonces({ clock: new ManualClock(expiry - 1) }).nonces.consume(vector);
+  await rejectsWith(nonces({ clock: new ManualClock(expiry) }).nonces.consume(vector), "nonce-expired");
+});
+
+Deno.test("a replayed nonce is rejected", async () => {
+  const { nonces: n } = nonces();
+  const { nonce } = await n.issue();
+  await n.consume(nonce);
+  await rejectsWith(n.consume(nonce), "nonce-replayed", /already used/);
+});
+
+Deno.test("concurrent consumption of one nonce succeeds exactly once", async () => {
+  const { nonces: n } = nonces();
+  const { nonce } = await n.issue();
+  const results = await Promise.allSettled(Array.from({ length: 8 }, () => n.consume(nonce)));
+  assert.equal(results.filter((r) => r.status === "fulfilled").length, 1);
+  for (const r of results) {
+    if (r.status === "rejected") assert.equal((r.reason as ExchangeError).reason, "nonce-replayed");
+  }
+});
+
+Deno.test("a nonce is rejected once expired", async () => {
+  const { clock, nonces: n } = nonces();
+  const { nonce, expiresAt } = await n.issue();
+  clock.time = expiresAt - 1;
+  const { nonce: second } = await n.issue();
+  await n.consume(nonce); // the last millisecond of its life
+  clock.time = expiresAt + DEFAULT_NONCE_LIFETIME_MS;
+  await rejectsWith(n.consume(second), "nonce-expired", /expired \d+ ms ago/);
+});
+
+Deno.test("a nonce from another key is rejected as bad MAC", async () => {
+  const other = nonces({ key: crypto.getRandomValues(new Uint8Array(32)) }).nonces;
+  const { nonce } = await other.issue();
+  await rejectsWith(nonces().nonces.consume(nonce), "nonce-bad-mac");
+});
+
+Deno.test("a nonce whose expiry was altered is rejected as bad MAC", async () => {
+  const { nonces: n } = nonces();
+  const { nonce } = await n.issue();
+  const extended = new Uint8Array(nonce);
+  extended[8] ^= 0x01; // expiry one ms further away
+  await rejectsWith(n.consume(extended), "nonce-bad-mac");
+});
+
+Deno.test("malformed nonces are rejected before the MAC is checked", async () => {
+  const { nonces: n } = nonces();
+  const { nonce } = await n.issue();
+  await rejectsWith(n.consume(nonce.subarray(0, 72)), "nonce-malformed", /must be 73 bytes, got 72/);
+  await rejectsWith(n.consume(new Uint8Array(0)), "nonce-malformed", /got 0/);
+  await rejectsWith(n.consume(new Uint8Array([...nonce, 0])), "nonce-malformed", /got 74/);
+  const wrongVersion = new Uint8Array(nonce);
+  wrongVersion[0] = 2;
+  await rejectsWith(n.consume(wrongVersion), "nonce-malformed", /unsupported nonce version 2/);
+});
+
+Deno.test("a nonce expiring beyond this verifier's lifetime plus skew is not yet valid", async () => {
+  const ahead = new ManualClock(START + 5 * 60 * 1000); // a replica whose clock runs 5 minutes ahead
+  const { nonce } = await nonces({ clock: ahead }).nonces.issue();
+  await rejectsWith(nonces().nonces.consume(nonce), "nonce-not-yet-valid");
+  const slightlyAhead = new ManualClock(START + 10_000);
+  await nonces().nonces.consume((await nonces({ clock: slightlyAhead }).nonces.issue()).nonce);
+});
+
+Deno.test("when full, new nonces are refused as retryable until tracked ones expire", async () => {
+  const { clock, nonces: n } = nonces({ maxTracked: 2 });
+  const first = await n.issue();
+  clock.time += 1000;
+  const second = await n.issue();
+  const third = await n.issue();
+  await n.consume(first.nonce);
+  await n.consume(second.nonce);
+  await rejectsWith(n.consume(third.nonce), "nonce-capacity", /retry/);
+  // Full does not mean forgetful: both consumed nonces are still refused as replays.
+  await rejectsWith(n.consume(first.nonce), "nonce-replayed");
+  await rejectsWith(n.consume(second.nonce), "nonce-replayed");
+  assert.equal(n.trackedCount, 2);
+
+  clock.time = first.expiresAt; // the first expires and is pruned; the second and third are alive
+  await n.consume(third.nonce);
+  assert.equal(n.trackedCount, 2);
+  await rejectsWith(n.consume(second.nonce), "nonce-replayed");
+  await rejectsWith(n.consume(third.nonce), "nonce-replayed");
+});
+
+Deno.test("expired nonces are pruned from the single-use set", async () => {
+  const { clock, nonces: n } = nonces();
+  for (let i = 0; i < 5; i++) await n.consume((await n.issue()).nonce);
+  assert.equal(n.trackedCount, 5);
+  clock.time += DEFAULT_NONCE_LIFETIME_MS;
+  await n.consume((await n.issue()).nonce);
+  assert.equal(n.trackedCount, 1);
+});
+
+Deno.test("options are validated", () => {
+  const clock = new ManualClock(START);
+  assert.throws(
+    () => new ChallengeNonces({ key: new Uint8Array(16), clock }),
+    /nonce key must be 32 bytes, got 16/,
+  );
+  assert.throws(
+    () => new ChallengeNonces({ key, clock, lifetimeMs: 0 }),
+    /lifetimeMs must be a positive integer/,
+  );
+  assert.throws(
+    () => new ChallengeNonces({ key, clock, maxTracked: -1 }),
+    /maxTracked must be a positive integer/,
+  );
+});

@@ -1,0 +1,121 @@
+import assert from "node:assert/strict";
+import {
+  componentsConfigMapName,
+  ComponentsError,
+  componentsHash,
+  encodeComponents,
+  type KubernetesComponent,
+  parseComponents,
+} from "../../src/joinservice/components.ts";
+
+const HASH_A = "sha256:" + "a".repeat(64);
+const HASH_B = "sha256:" + "b".repeat(64);
+
+const components: KubernetesComponent[] = [
+  {
+    url: "https://example.com/cni-plugins.tgz",
+    hash: HASH_A,
+    installPath: "/opt/cni/bin",
+    extract: true,
+  },
+  {
+    url: "https://example.com/kubelet",
+    hash: HASH_B,
+    installPath: "/run/state/bin/kubelet",
+    extract: false,
+  },
+];
+
+const goJson =
+  `[{"URL":"https://example.com/cni-plugins.tgz","Hash":"${HASH_A}","InstallPath":"/opt/cni/bin",` +
+  `"Extract":true},{"URL":"https://example.com/kubelet","Hash":"${HASH_B}",` +
+  `"InstallPath":"/run/state/bin/kubelet","Extract":false}]`;
+
+Deno.test("parses the components JSON as Go writes it", () => {
+  assert.deepEqual(parseComponents(goJson), components);
+});
+
+Deno.test("encodes the components with Go's key spelling, and round-trips", () => {
+  assert.equal(encodeComponents(components), goJson);
+  assert.deepEqual(parseComponents(encodeComponents(components)), components);
+});
+
+Deno.test("accepts keys in any case, ignores unknown keys and nulls, and null as an empty list (like Go)", () => {
+  const json = JSON.stringify([
+    {
+      url: "data:application/octet-stream;base64,AAAA",
+      HASH: HASH_A,
+      installpath: "/opt/kubernetes/patches/x.yaml",
+      Comment: "ignored",
+      Extract: null,
+    },
+  ]);
+  assert.deepEqual(parseComponents(json), [
+    {
+      url: "data:application/octet-stream;base64,AAAA",
+      hash: HASH_A,
+      installPath: "/opt/kubernetes/patches/x.yaml",
+      extract: false,
+    },
+  ]);
+  assert.deepEqual(parseComponents("null"), []);
+  assert.deepEqual(parseComponents("[]"), []);
+});
+
+Deno.test("malformed components give errors naming the component and field", () => {
+  const item = (fields: Record<string, unknown>) =>
+    JSON.stringify([{ URL: "https://x", Hash: HASH_A, InstallPath: "/bin/x", Extract: false, ...fields }]);
+  const cases: [string, string][] = [
+    ["", "components JSON is empty"],
+    ["   ", "components JSON is empty"],
+    ["{", "components JSON is invalid: "],
+    [`{"URL":"x"}`, "components must be a JSON array, got object"],
+    [`["x"]`, "component 0: must be a JSON object, got string"],
+    [`[[]]`, "component 0: must be a JSON object, got array"],
+    [item({ URL: 5 }), `component 0: "URL" must be a string, got number`],
+    [item({ Extract: "true" }), `component 0: "Extract" must be a boolean, got string`],
+    [item({ InstallPath: ["/x"] }), `component 0: "InstallPath" must be a string, got array`],
+    [item({ URL: "" }), `component 0: "URL" is missing or empty`],
+    [item({ URL: null }), `component 0: "URL" is missing or empty`],
+    [
+      item({ Hash: "md5:abc" }),
+      `component 0: "Hash" must be sha256:<64 lower-case hex digits>, got "md5:abc"`,
+    ],
+    [
+      item({ Hash: "sha256:" + "A".repeat(64) }),
+      `component 0: "Hash" must be sha256:<64 lower-case hex digits>`,
+    ],
+    [
+      item({ Hash: "sha256:" + "a".repeat(63) }),
+      `component 0: "Hash" must be sha256:<64 lower-case hex digits>`,
+    ],
+    [item({ Hash: undefined }), `component 0: "Hash" must be sha256:<64 lower-case hex digits>, got ""`],
+    [item({ InstallPath: "bin/x" }), `component 0: "InstallPath" must be an absolute path, got "bin/x"`],
+    [
+      JSON.stringify([JSON.parse(item({}))[0], { URL: "https://y", Hash: "nope", InstallPath: "/y" }]),
+      `component 1: "Hash" must be sha256:<64 lower-case hex digits>, got "nope"`,
+    ],
+  ];
+  for (const [json, message] of cases) {
+    assert.throws(() => parseComponents(json), (error) => {
+      assert.ok(error instanceof ComponentsError, json);
+      assert.ok(error.message.startsWith(message), `${json}: ${error.message}`);
+      return true;
+    });
+  }
+});
+
+Deno.test("the ConfigMap name is k8s-components- plus the hash of the concatenated component hashes", async () => {
+  // Reference value: sha256 of the two hash strings concatenated, computed outside this code.
+  const expected = "cb6e5d6424eb09d95d48672779cf707c2500440d8775f27db011b948086bb9c2";
+  assert.equal(await componentsHash(components), `sha256:${expected}`);
+  assert.equal(await componentsConfigMapName(components), `k8s-components-sha256-${expected}`);
+  assert.notEqual(
+    await componentsConfigMapName([...components].reverse()),
+    `k8s-components-sha256-${expected}`,
+  );
+  assert.equal(
+    await componentsConfigMapName([]),
+    "k8s-components-sha256-e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+  );
+});
