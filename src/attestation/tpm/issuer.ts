@@ -1,0 +1,252 @@
+/**
+ * The `qemu-vtpm` issuer: produces TPM 2.0 quotes with tpm2-tools.
+ *
+ * {@linkcode TpmIssuer.create} derives the attestation key (AK): a restricted
+ * signing key bound to this TPM, ECC P-256 with ECDSA-SHA256 by default or
+ * RSA-2048 with RSASSA-SHA256. It lives only as a saved context in a private
+ * temporary directory, removed by {@linkcode TpmIssuer.close}; nothing
+ * persists in the TPM.
+ *
+ * **A stable AK.** The AK is a primary key of the endorsement hierarchy, so
+ * the TPM derives it from its endorsement seed and a fixed template: the same
+ * TPM always yields the same key, and so the same key digest, across process
+ * and node restarts (the original kept one persistent AK at a fixed handle
+ * for the same reason). An AK allow-list (the join service's
+ * `akTrust.allowedKeyDigests`) therefore stays valid; a random AK made with
+ * `tpm2_createak` would change on every start. The digest is lower-case hex
+ * SHA-256 of the AK's `TPMT_PUBLIC`, i.e. its TPM Name without the leading
+ * `000b` (the Name's hash algorithm, SHA-256). The issuer logs it as
+ * `keyDigest` in its "TPM attestation key ready" line. An operator can also
+ * derive it on the node without this program, with the issuer's template
+ * (ECC shown; for RSA use `-G rsa2048:rsassa-sha256:null`):
+ *
+ * ```sh
+ * tpm2_createprimary -C e -G ecc256:ecdsa-sha256:null -g sha256 \
+ *   -a 'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|restricted|sign' \
+ *   -c ak.ctx >/dev/null
+ * tpm2_readpublic -c ak.ctx -n name.bin >/dev/null
+ * od -An -v -tx1 name.bin | tr -d ' \n' | cut -c 5-   # the Name without "000b"
+ * ```
+ *
+ * (`tpm2_createprimary` also prints the Name, as `name:`.) Like
+ * `tpm2_createek`, this needs the endorsement hierarchy's authorization to be
+ * empty, the default.
+ *
+ * {@linkcode TpmIssuer.issue} quotes PCRs 0–15 of the SHA-256 bank with the
+ * report data as qualifying data, reads the same PCRs, and returns the
+ * document described in `document.ts`. Quote and read are two TPM commands,
+ * so the issuer checks the values against the quote's digest and quotes once
+ * more if a PCR was extended in between: honest nodes never send evidence
+ * that fails verification.
+ *
+ * **Permissions.** The issuer needs `--allow-run` for tpm2_createprimary,
+ * tpm2_quote, tpm2_pcrread and tpm2_flushcontext; the PCR helpers in
+ * `pcr.ts` need tpm2_pcrread (reading) and tpm2_pcrevent plus
+ * tpm2_flushcontext (`extendPcr15`). It also needs `--allow-write` and
+ * `--allow-read` for the temporary directory, and `--allow-read` for the
+ * event log if one should be sent. A node that issues and extends PCR 15
+ * thus runs with
+ * `--allow-run=tpm2_createprimary,tpm2_quote,tpm2_pcrread,tpm2_pcrevent,tpm2_flushcontext`.
+ *
+ * @module
+ */
+import { AttestationError, bytesEqual, type Issuer, REPORT_DATA_LENGTH, toHex } from "../attestation.ts";
+import type { Logger } from "../../log/logger.ts";
+import { encodeDocument, MAX_EVENT_LOG_BYTES, pcrDigest } from "./document.ts";
+import { readPcrs } from "./pcr.ts";
+import { TpmParseError } from "./reader.ts";
+import { parsePublic, parseQuote, publicKeyDigest } from "./structures.ts";
+import {
+  DEFAULT_TCTI,
+  flushTransientObjects,
+  runLoadingTpmTool,
+  type TpmConnection,
+  TpmToolError,
+} from "./tools.ts";
+import { QEMU_VTPM_VARIANT } from "./validator.ts";
+
+/** Where Linux exposes the firmware's TCG event log. */
+export const DEFAULT_EVENT_LOG_PATH = "/sys/kernel/security/tpm0/binary_bios_measurements";
+
+/** The PCRs every quote covers. */
+export const QUOTED_PCRS: readonly number[] = Array.from({ length: 16 }, (_, i) => i);
+
+/** Options of {@linkcode TpmIssuer.create}. */
+export interface TpmIssuerOptions {
+  /** tpm2-tools TCTI; default "device:/dev/tpmrm0". Tests use "swtpm:path=…" or "swtpm:host=…,port=…". */
+  tcti?: string;
+  logger: Logger;
+  /** Aborts key creation. */
+  signal?: AbortSignal;
+  /** Attestation key algorithm; default "ecc" (P-256, ECDSA-SHA256); "rsa" is RSA-2048, RSASSA-SHA256. */
+  keyAlgorithm?: "ecc" | "rsa";
+  /**
+   * Event log sent with every quote, read once at creation when readable;
+   * default {@linkcode DEFAULT_EVENT_LOG_PATH}, null to never send one.
+   */
+  eventLogPath?: string | null;
+}
+
+/** `tpm2_createprimary -G` per key algorithm: key type, signing scheme, no symmetric algorithm. */
+const AK_KEY_TYPES = {
+  ecc: "ecc256:ecdsa-sha256:null",
+  rsa: "rsa2048:rsassa-sha256:null",
+} as const;
+
+/** The AK's object attributes: a restricted signing key that never leaves this TPM. */
+const AK_ATTRIBUTES = "fixedtpm|fixedparent|sensitivedataorigin|userwithauth|restricted|sign";
+
+/** Issues `qemu-vtpm` evidence from a TPM. */
+export class TpmIssuer implements Issuer {
+  readonly variant = QEMU_VTPM_VARIANT;
+  /** The attestation key's digest (lower-case hex SHA-256 of its TPMT_PUBLIC), for AK allow-lists. */
+  readonly keyDigest: string;
+  readonly #tpm: TpmConnection;
+  readonly #logger: Logger;
+  readonly #dir: string;
+  readonly #akPublic: Uint8Array;
+  readonly #eventLog: Uint8Array | undefined;
+  /** Serializes quotes: they share files in the temporary directory. */
+  #queue: Promise<unknown> = Promise.resolve();
+  #closed = false;
+
+  private constructor(
+    tpm: TpmConnection,
+    logger: Logger,
+    dir: string,
+    akPublic: Uint8Array,
+    keyDigest: string,
+    eventLog: Uint8Array | undefined,
+  ) {
+    this.#tpm = tpm;
+    this.#logger = logger;
+    this.#dir = dir;
+    this.#akPublic = akPublic;
+    this.keyDigest = keyDigest;
+    this.#eventLog = eventLog;
+  }
+
+  /**
+   * Derives the attestation key, the same one every time for this TPM and key
+   * algorithm (see the module docs).
+   *
+   * @throws {AttestationError} "unavailable" when the TPM or tpm2-tools fail
+   */
+  static async create(options: TpmIssuerOptions): Promise<TpmIssuer> {
+    const tpm = { tcti: options.tcti ?? DEFAULT_TCTI };
+    const algorithm = options.keyAlgorithm ?? "ecc";
+    const logger = options.logger.with({ variant: QEMU_VTPM_VARIANT });
+    const signal = options.signal;
+    const dir = await Deno.makeTempDir({ prefix: "qemu-vtpm-issuer-" });
+    try {
+      await Deno.chmod(dir, 0o700);
+      const path = (name: string) => `${dir}/${name}`;
+      const akPublic = await unavailableOnFailure("creating the attestation key", async () => {
+        // Objects left by a process that died mid-command would otherwise fill the TPM's slots.
+        await flushTransientObjects(tpm);
+        // A primary key: the same endorsement seed and template always give the same AK (see the module docs).
+        // -o writes its TPM2B_PUBLIC, the bytes `tpm2_readpublic -f tss` would.
+        await runLoadingTpmTool(tpm, "tpm2_createprimary", [
+          ...["-C", "e", "-G", AK_KEY_TYPES[algorithm], "-g", "sha256", "-a", AK_ATTRIBUTES],
+          ...["-c", path("ak.ctx"), "-o", path("ak.pub")],
+        ], { signal });
+        return await Deno.readFile(path("ak.pub"));
+      });
+      const keyDigest = await publicKeyDigest(parsePublic(akPublic));
+      const eventLogPath = options.eventLogPath === undefined ? DEFAULT_EVENT_LOG_PATH : options.eventLogPath;
+      const eventLog = await readEventLog(eventLogPath, logger);
+      logger.info("TPM attestation key ready", { tcti: tpm.tcti, keyAlgorithm: algorithm, keyDigest });
+      return new TpmIssuer(tpm, logger, dir, akPublic, keyDigest, eventLog);
+    } catch (error) {
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+      throw error;
+    }
+  }
+
+  /**
+   * Quotes PCRs 0–15 with `reportData` as qualifying data.
+   *
+   * @throws {RangeError} unless `reportData` is 32 bytes
+   * @throws {AttestationError} "unavailable" when the TPM or tpm2-tools fail
+   */
+  issue(reportData: Uint8Array, options: { signal?: AbortSignal } = {}): Promise<Uint8Array> {
+    if (reportData.length !== REPORT_DATA_LENGTH) {
+      return Promise.reject(
+        new RangeError(`report data must be ${REPORT_DATA_LENGTH} bytes, got ${reportData.length}`),
+      );
+    }
+    if (this.#closed) return Promise.reject(new Error("TPM issuer is closed"));
+    const result = this.#queue.then(() => this.#quote(reportData, options.signal));
+    this.#queue = result.catch(() => {});
+    return result;
+  }
+
+  /** Waits for running quotes, then removes the key contexts. Idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#queue;
+    await Deno.remove(this.#dir, { recursive: true });
+  }
+
+  async #quote(reportData: Uint8Array, signal: AbortSignal | undefined): Promise<Uint8Array> {
+    const path = (name: string) => `${this.#dir}/${name}`;
+    return await unavailableOnFailure("quoting", async () => {
+      for (let attempt = 1;; attempt++) {
+        await runLoadingTpmTool(this.#tpm, "tpm2_quote", [
+          ...["-c", path("ak.ctx"), "-l", `sha256:${QUOTED_PCRS.join(",")}`, "-q", toHex(reportData)],
+          ...["-g", "sha256", "-m", path("quote.msg"), "-s", path("quote.sig"), "-f", "tss"],
+        ], { signal });
+        const pcrs = await readPcrs(this.#tpm, QUOTED_PCRS, { signal });
+        const quote = await Deno.readFile(path("quote.msg"));
+        if (bytesEqual(await pcrDigest(pcrs), parseQuote(quote).pcrDigest)) {
+          return encodeDocument({
+            variant: QEMU_VTPM_VARIANT,
+            akPublic: this.#akPublic,
+            quote,
+            signature: await Deno.readFile(path("quote.sig")),
+            pcrs,
+            eventLog: this.#eventLog,
+          });
+        }
+        if (attempt === 2) {
+          throw new AttestationError(
+            "unavailable",
+            "PCR values changed between quote and read twice in a row",
+          );
+        }
+        this.#logger.warn("PCR values changed between quote and read; quoting again");
+      }
+    });
+  }
+}
+
+/** Reads the event log once; a missing or unreadable log is normal (no TPM driver log, no permission). */
+async function readEventLog(path: string | null, logger: Logger): Promise<Uint8Array | undefined> {
+  if (path === null) return undefined;
+  try {
+    const log = await Deno.readFile(path);
+    if (log.length > MAX_EVENT_LOG_BYTES) {
+      logger.warn("event log too large to send; quotes go without it", { path, bytes: log.length });
+      return undefined;
+    }
+    return log;
+  } catch (error) {
+    logger.info("no readable event log; quotes go without it", { path, error });
+    return undefined;
+  }
+}
+
+/** Runs a TPM step, turning tool and parse failures into "unavailable" (aborts pass through). */
+async function unavailableOnFailure<T>(step: string, task: () => Promise<T>): Promise<T> {
+  try {
+    return await task();
+  } catch (error) {
+    if (
+      error instanceof TpmToolError || error instanceof TpmParseError || error instanceof Deno.errors.NotFound
+    ) {
+      throw new AttestationError("unavailable", `${step} failed: ${error.message}`);
+    }
+    throw error;
+  }
+}

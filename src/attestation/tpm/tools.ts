@@ -1,0 +1,179 @@
+/**
+ * Runs tpm2-tools programs against one TPM.
+ *
+ * Every tool runs with a cleared environment except `TPM2TOOLS_TCTI`, so the
+ * TPM it talks to is exactly the configured one and the process needs only
+ * `--allow-run=<tool>`. Failures become a {@linkcode TpmToolError} naming the
+ * tool and carrying its stderr.
+ *
+ * Without a resource manager (swtpm, `/dev/tpm0`) objects a tool loads stay
+ * in the TPM after it exits, and a TPM has only a few object slots; tools that
+ * load objects therefore run through {@linkcode runLoadingTpmTool}, which
+ * flushes transient objects afterwards, whatever happened.
+ *
+ * Tools for one TCTI run one at a time within this process: swtpm serves one
+ * connection at a time, and without a resource manager one tool's flush would
+ * evict the key another tool has just loaded.
+ *
+ * @module
+ */
+
+/** TCTI of the kernel's resource-managed TPM device. */
+export const DEFAULT_TCTI = "device:/dev/tpmrm0";
+
+/** Which TPM to talk to. */
+export interface TpmConnection {
+  /** A tpm2-tools TCTI string, e.g. "device:/dev/tpmrm0" or "swtpm:host=127.0.0.1,port=2321". */
+  readonly tcti: string;
+}
+
+/** A tpm2-tools program could not run or failed. */
+export class TpmToolError extends Error {
+  /** The program, e.g. "tpm2_quote". */
+  readonly tool: string;
+  /** Its exit code, or null when it did not run to completion. */
+  readonly exitCode: number | null;
+
+  constructor(tool: string, exitCode: number | null, message: string) {
+    super(message);
+    this.name = "TpmToolError";
+    this.tool = tool;
+    this.exitCode = exitCode;
+  }
+}
+
+/** Options of {@linkcode runTpmTool}. */
+export interface RunTpmToolOptions {
+  /** Aborting kills the tool and rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Bytes written to the tool's stdin (stdin is empty otherwise). */
+  stdin?: Uint8Array;
+}
+
+const MAX_STDERR_CHARS = 2000;
+
+/**
+ * Runs `tool args…` and returns its stdout.
+ *
+ * @throws {TpmToolError} when the tool is missing, not allowed, or exits non-zero
+ */
+export function runTpmTool(
+  tpm: TpmConnection,
+  tool: string,
+  args: string[],
+  options: RunTpmToolOptions = {},
+): Promise<Uint8Array> {
+  return exclusive(tpm.tcti, () => run(tpm, tool, args, options));
+}
+
+/**
+ * Runs a tool that loads objects (keys, sequences) into the TPM, then flushes
+ * all transient objects, also when the tool failed or was aborted. The flush
+ * ignores the abort signal so an aborted call still leaves the TPM clean.
+ */
+export function runLoadingTpmTool(
+  tpm: TpmConnection,
+  tool: string,
+  args: string[],
+  options: RunTpmToolOptions = {},
+): Promise<Uint8Array> {
+  return exclusive(tpm.tcti, async () => {
+    let stdout: Uint8Array;
+    try {
+      stdout = await run(tpm, tool, args, options);
+    } catch (error) {
+      // The tool's own failure is the one worth reporting; a failing flush would only hide it.
+      await run(tpm, FLUSH_TOOL, FLUSH_TRANSIENT).catch(() => {});
+      throw error;
+    }
+    await run(tpm, FLUSH_TOOL, FLUSH_TRANSIENT);
+    return stdout;
+  });
+}
+
+/** Flushes every transient object (`tpm2_flushcontext -t`), e.g. left over by a crashed process. */
+export function flushTransientObjects(tpm: TpmConnection): Promise<void> {
+  return exclusive(tpm.tcti, async () => {
+    await run(tpm, FLUSH_TOOL, FLUSH_TRANSIENT);
+  });
+}
+
+const FLUSH_TOOL = "tpm2_flushcontext";
+const FLUSH_TRANSIENT = ["-t"];
+
+/** The end of each TCTI's queue of tool runs. */
+const queues = new Map<string, Promise<void>>();
+
+async function exclusive<T>(tcti: string, task: () => Promise<T>): Promise<T> {
+  const previous = queues.get(tcti) ?? Promise.resolve();
+  let release!: () => void;
+  const done = new Promise<void>((resolve) => release = resolve);
+  const tail = previous.then(() => done);
+  queues.set(tcti, tail);
+  await previous;
+  try {
+    return await task();
+  } finally {
+    release();
+    if (queues.get(tcti) === tail) queues.delete(tcti);
+  }
+}
+
+async function run(
+  tpm: TpmConnection,
+  tool: string,
+  args: string[],
+  { signal, stdin }: RunTpmToolOptions = {},
+): Promise<Uint8Array> {
+  signal?.throwIfAborted();
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(tool, {
+      args,
+      clearEnv: true,
+      env: { TPM2TOOLS_TCTI: tpm.tcti },
+      stdin: stdin ? "piped" : "null",
+      stdout: "piped",
+      stderr: "piped",
+      signal,
+    }).spawn();
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) {
+      throw new TpmToolError(tool, null, `${tool} not found: install tpm2-tools`);
+    }
+    if (error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied) {
+      throw new TpmToolError(tool, null, `not allowed to run ${tool}: grant --allow-run=${tool}`);
+    }
+    throw new TpmToolError(tool, null, `${tool} could not start: ${(error as Error).message}`);
+  }
+  const pending = child.output();
+  // A tool that exits before reading its input reports why through its exit code and stderr.
+  if (stdin) await writeAll(child.stdin, stdin).catch(() => {});
+  const output = await pending;
+  signal?.throwIfAborted();
+  if (!output.success) {
+    const status = output.signal ? `killed by ${output.signal}` : `exit code ${output.code}`;
+    throw new TpmToolError(
+      tool,
+      output.signal ? null : output.code,
+      `${tool} ${args.join(" ")} failed (${status}): ${summarize(output.stderr)}`,
+    );
+  }
+  return output.stdout;
+}
+
+async function writeAll(stream: WritableStream<Uint8Array>, bytes: Uint8Array): Promise<void> {
+  const writer = stream.getWriter();
+  try {
+    await writer.write(bytes);
+  } finally {
+    await writer.close();
+  }
+}
+
+function summarize(stderr: Uint8Array): string {
+  const text = new TextDecoder().decode(stderr).trim().split("\n").map((line) => line.trim()).filter(Boolean)
+    .join(" | ");
+  if (!text) return "no error output";
+  return text.length > MAX_STDERR_CHARS ? `${text.slice(0, MAX_STDERR_CHARS)}…` : text;
+}

@@ -1,0 +1,185 @@
+/**
+ * The `qemu-vtpm` validator: verifies TPM 2.0 quotes in pure TypeScript
+ * (WebCrypto only, no tools), so it runs anywhere, browsers included.
+ *
+ * Checks, in order, each failing with its own {@linkcode AttestationError}
+ * reason:
+ * 1. the document parses (see `document.ts` for its shape): "malformed"
+ *    (or "wrong-variant" for another variant's document);
+ * 2. the attestation key is a restricted signing key fixed to its TPM
+ *    (objectAttributes sign, restricted, fixedTPM), so the TPM only signs
+ *    structures it generated itself, and is trusted: "untrusted-key";
+ * 3. the signature is a valid SHA-256 ECDSA/RSASSA signature over the whole
+ *    quote (`TPMS_ATTEST`): "signature-invalid";
+ * 4. the quote's `extraData` equals the expected report data (constant
+ *    time): "report-data-mismatch";
+ * 5. the quote selects exactly the reported PCRs, in the SHA-256 bank only,
+ *    and its `pcrDigest` is SHA-256 over their values: "pcr-digest-mismatch";
+ * 6. every configured measurement equals the reported PCR; all mismatches are
+ *    collected, enforced ones reject ("measurement-mismatch") and warn-only
+ *    ones come back as {@linkcode Verification.warnings}.
+ *
+ * The SHA-256 quote itself is verified, so every PCR value compared in step 6
+ * is authenticated (the original verified only the strongest bank's quote).
+ *
+ * **AK trust.** An allow-list holds key digests: lower-case hex SHA-256 of
+ * the AK's `TPMT_PUBLIC` bytes (the document's `akPublic` without its 2-byte
+ * size prefix). That is the AK's TPM Name without the `000b` prefix, as
+ * `tpm2_readpublic -c ak.ctx` prints it; {@linkcode akDigest} computes it
+ * from a document and `TpmIssuer.keyDigest` reports it. `{ kind: "any" }`
+ * accepts every AK (the original's QEMU behaviour) and is logged as a warning.
+ *
+ * @module
+ */
+import {
+  type AkTrust,
+  AttestationError,
+  bytesEqual,
+  type MeasurementMismatch,
+  type Measurements,
+  toHex,
+  type Validator,
+  type Verification,
+} from "../attestation.ts";
+import type { Logger } from "../../log/logger.ts";
+import { decodeDocument, pcrDigest } from "./document.ts";
+import { verifyQuoteSignature } from "./signature.ts";
+import { hex16, ObjectAttribute, publicKeyDigest, TpmAlg } from "./structures.ts";
+
+/** Variant name. */
+export const QEMU_VTPM_VARIANT = "qemu-vtpm";
+
+const REQUIRED_AK_ATTRIBUTES = ObjectAttribute.sign | ObjectAttribute.restricted | ObjectAttribute.fixedTPM;
+
+/**
+ * The AK digest of a `qemu-vtpm` document, for AK allow-lists (see the module
+ * docs).
+ *
+ * @throws {AttestationError} "malformed" when the document cannot be parsed
+ */
+export async function akDigest(document: Uint8Array): Promise<string> {
+  return await publicKeyDigest(decodeDocument(document, QEMU_VTPM_VARIANT).akPublic);
+}
+
+/** Options of {@linkcode TpmValidator}. */
+export interface TpmValidatorOptions {
+  /** Expected PCR values (SHA-256 bank). */
+  measurements: Measurements;
+  /** Which attestation keys to trust. */
+  akTrust: AkTrust;
+  logger: Logger;
+}
+
+/** Verifies `qemu-vtpm` evidence. */
+export class TpmValidator implements Validator {
+  readonly variant = QEMU_VTPM_VARIANT;
+  readonly #measurements: Measurements;
+  readonly #akTrust: AkTrust;
+  readonly #logger: Logger;
+
+  constructor(options: TpmValidatorOptions) {
+    this.#measurements = options.measurements;
+    this.#akTrust = options.akTrust;
+    this.#logger = options.logger.with({ variant: QEMU_VTPM_VARIANT });
+    if (options.akTrust.kind === "any") {
+      this.#logger.warn("trusting any attestation key: evidence proves a TPM signed it, not which TPM");
+    }
+  }
+
+  /**
+   * Verifies `document` against `reportData` and the expected measurements.
+   *
+   * @throws {AttestationError} with the reason of the first failed check
+   */
+  async validate(
+    document: Uint8Array,
+    reportData: Uint8Array,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<Verification> {
+    options.signal?.throwIfAborted();
+    const evidence = decodeDocument(document, QEMU_VTPM_VARIANT);
+    const { akPublic, quote } = evidence;
+
+    const keyDigest = await publicKeyDigest(akPublic);
+    if ((akPublic.objectAttributes & REQUIRED_AK_ATTRIBUTES) !== REQUIRED_AK_ATTRIBUTES) {
+      throw new AttestationError(
+        "untrusted-key",
+        `attestation key ${keyDigest} is not a restricted signing key fixed to its TPM ` +
+          `(objectAttributes 0x${akPublic.objectAttributes.toString(16).padStart(8, "0")})`,
+      );
+    }
+    if (this.#akTrust.kind === "allow-list" && !this.#akTrust.keyDigests.has(keyDigest)) {
+      throw new AttestationError("untrusted-key", `attestation key ${keyDigest} is not in the allow-list`);
+    }
+
+    await verifyQuoteSignature(akPublic.key, evidence.signature, evidence.quoteBytes);
+
+    if (!bytesEqual(quote.extraData, reportData)) {
+      throw new AttestationError(
+        "report-data-mismatch",
+        "quote is bound to other report data than this request's",
+      );
+    }
+
+    const reported = [...evidence.pcrs.keys()];
+    const selection = quote.pcrSelections.filter((s) => s.pcrs.length > 0);
+    if (selection.length !== 1 || selection[0].hash !== TpmAlg.SHA256) {
+      const banks = selection.map((s) => hex16(s.hash)).join(", ") || "none";
+      throw new AttestationError(
+        "pcr-digest-mismatch",
+        `quote selects PCRs of bank(s) ${banks}, want exactly the SHA-256 bank (0x000b)`,
+      );
+    }
+    if (selection[0].pcrs.join(",") !== reported.join(",")) {
+      throw new AttestationError(
+        "pcr-digest-mismatch",
+        `quote selects PCRs [${selection[0].pcrs.join(",")}] but the document reports [${
+          reported.join(",")
+        }]`,
+      );
+    }
+    if (!bytesEqual(await pcrDigest(evidence.pcrs), quote.pcrDigest)) {
+      throw new AttestationError(
+        "pcr-digest-mismatch",
+        "reported PCR values do not match the quote's PCR digest",
+      );
+    }
+
+    const mismatches = this.#compareMeasurements(evidence.pcrs);
+    if (mismatches.some((m) => m.enforced)) {
+      throw new AttestationError(
+        "measurement-mismatch",
+        `${mismatches.length} measurement(s) differ: ${mismatches.map(describe).join("; ")}`,
+        mismatches,
+      );
+    }
+    for (const mismatch of mismatches) {
+      this.#logger.warn("untrusted PCR value accepted (warn-only)", { ...mismatch });
+    }
+    const measurements: Record<number, string> = {};
+    for (const [index, value] of evidence.pcrs) measurements[index] = toHex(value);
+    return { variant: QEMU_VTPM_VARIANT, warnings: mismatches, measurements, keyDigest };
+  }
+
+  /** Every configured measurement that the reported PCRs do not match, ascending by index. */
+  #compareMeasurements(pcrs: Map<number, Uint8Array>): MeasurementMismatch[] {
+    const mismatches: MeasurementMismatch[] = [];
+    for (const [index, measurement] of [...this.#measurements].sort(([a], [b]) => a - b)) {
+      const actual = pcrs.get(index);
+      if (actual !== undefined && bytesEqual(actual, measurement.expected)) continue;
+      mismatches.push({
+        index,
+        expected: toHex(measurement.expected),
+        actual: actual === undefined ? null : toHex(actual),
+        enforced: !measurement.warnOnly,
+      });
+    }
+    return mismatches;
+  }
+}
+
+function describe(mismatch: MeasurementMismatch): string {
+  const actual = mismatch.actual ?? "nothing (PCR not reported)";
+  return `PCR ${mismatch.index} expected ${mismatch.expected}, got ${actual} ` +
+    `(${mismatch.enforced ? "enforced" : "warn-only"})`;
+}

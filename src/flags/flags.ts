@@ -1,0 +1,67 @@
+/**
+ * Command-line parsing shared by the components' entry points: node:util
+ * `parseArgs` with short, clear errors.
+ *
+ * @module
+ */
+import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
+
+/** A bad command line; the process exits with status 2. */
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+/**
+ * Parses flags strictly (no positionals, no unknown flags).
+ *
+ * @throws {UsageError} with one short line naming the bad flag.
+ */
+export function parseFlags<T extends ParseArgsOptionsConfig>(
+  args: string[],
+  options: T,
+  component: string,
+): ReturnType<typeof parseArgs<{ args: string[]; options: T; strict: true; allowPositionals: false }>>["values"] {
+  try {
+    return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
+  } catch (err) {
+    throw new UsageError(describeParseError(err, component));
+  }
+}
+
+/** Parses a port number 0–65535. */
+export function parsePort(value: string, flag = "--port"): number {
+  const port = /^\d{1,5}$/.test(value) ? Number(value) : NaN;
+  if (!(port <= 65535)) throw new UsageError(`invalid ${flag} "${value}": want a number from 0 to 65535`);
+  return port;
+}
+
+/** Parses a positive number (e.g. a rate). */
+export function parsePositive(value: string, flag: string): number {
+  const number = /^\d+(\.\d+)?$/.test(value) ? Number(value) : NaN;
+  if (!(number > 0)) throw new UsageError(`invalid ${flag} "${value}": want a positive number`);
+  return number;
+}
+
+/** Turns node:util's parse errors (long, Node-specific) into one short line. */
+function describeParseError(err: unknown, component: string): string {
+  const { code, message } = err as { code?: string; message?: string };
+  const option = /'(-[^']*)'/.exec(message ?? "")?.[1];
+  switch (code) {
+    case "ERR_PARSE_ARGS_UNKNOWN_OPTION":
+      return `unknown flag ${option}`;
+    case "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL":
+      return `unexpected argument ${/'([^']*)'/.exec(message ?? "")?.[1] ?? ""}: the ${component} takes only flags`;
+    case "ERR_PARSE_ARGS_INVALID_OPTION_VALUE": {
+      if (!option) return message ?? "invalid flag value";
+      const flag = option.split(" ")[0];
+      return (message ?? "").includes("ambiguous")
+        ? `flag ${flag} needs a value (write ${flag}=<value> for one starting with "-")`
+        : `flag ${flag} needs a value`;
+    }
+    default:
+      return message ?? String(err);
+  }
+}

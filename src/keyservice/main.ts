@@ -1,0 +1,117 @@
+/**
+ * The key service: derives data keys from the cluster's master secret
+ * (`kms.API/GetDataKey`), serving gRPC, gRPC-Web and the Connect protocol on
+ * one plaintext HTTP/2 (h2c) port. It is cluster-internal: only the join
+ * service calls it.
+ *
+ * Startup reads the master secret (at least 16 bytes) and the salt (at least
+ * 32 bytes) as raw bytes. A missing, unreadable, too short, or not permitted
+ * file ends the process with status 1 and one log line naming the file and
+ * the problem, before anything listens. A bad command line ends it with
+ * status 2. Once listening it logs (JSON on stderr, component "key-service")
+ * a "listening" line with the bound `address` and `port`. SIGTERM or SIGINT
+ * stops accepting connections, lets calls in flight finish, and exits 0.
+ *
+ * Permissions: the `key-service` permission set of deno.json, i.e. read
+ * `/var/config` and bind on the listed local addresses:
+ *
+ * ```sh
+ * deno run -P=key-service --no-prompt src/keyservice/main.ts          # /var/config/{mastersecret,salt}, port 9000
+ * deno task key-service --port 9000 --log-level debug                 # the same, as a task
+ * ```
+ *
+ * To read secrets from elsewhere, add `--allow-read=<paths>`; Deno replaces
+ * the set's read list with it, so name both files:
+ *
+ * ```sh
+ * deno run -P=key-service --no-prompt --allow-read=/tmp/ks/mastersecret,/tmp/ks/salt \
+ *   src/keyservice/main.ts --master-secret /tmp/ks/mastersecret --salt /tmp/ks/salt \
+ *   --listen-address 127.0.0.1 --port 9000
+ * ```
+ *
+ * @module
+ */
+import { ClusterKMS } from "../kms/cluster_kms.ts";
+import { MASTER_SALT_MIN_LENGTH, MASTER_SECRET_MIN_LENGTH } from "../kms/keys.ts";
+import { createLogger } from "../log/logger.ts";
+import { serveRpc } from "../rpc/server.ts";
+import { terminationSignal } from "../rpc/signals.ts";
+import { KEY_SERVICE_USAGE, parseKeyServiceFlags, UsageError } from "./flags.ts";
+import { readSecretFile } from "./secret_file.ts";
+import { keyServiceRoutes } from "./server.ts";
+
+/** Exit status of a bad command line. */
+const EXIT_USAGE = 2;
+/** Exit status of a startup failure. */
+const EXIT_FAILURE = 1;
+
+const encoder = new TextEncoder();
+
+/** Runs the key service with command-line `args`; resolves to the exit status. */
+export async function main(args: string[]): Promise<number> {
+  let flags;
+  try {
+    flags = parseKeyServiceFlags(args);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    Deno.stderr.writeSync(encoder.encode(`key-service: ${err.message} (see --help)\n`));
+    return EXIT_USAGE;
+  }
+  if (flags === "help") {
+    Deno.stdout.writeSync(encoder.encode(KEY_SERVICE_USAGE));
+    return 0;
+  }
+
+  const logger = createLogger({ level: flags.logLevel, fields: { component: "key-service" } });
+  // Listen for signals before serving, so a SIGTERM right after "listening" is a graceful stop.
+  const stopSignal = terminationSignal();
+  let server;
+  try {
+    const masterSecret = await readSecretFile(flags.masterSecretPath, {
+      description: "master secret",
+      minLength: MASTER_SECRET_MIN_LENGTH,
+    });
+    const salt = await readSecretFile(flags.saltPath, {
+      description: "salt",
+      minLength: MASTER_SALT_MIN_LENGTH,
+    });
+    const kms = new ClusterKMS(masterSecret, salt);
+    masterSecret.fill(0);
+    salt.fill(0);
+    await checkListenPermission(flags.listenAddress, flags.port);
+    server = await serveRpc({
+      routes: keyServiceRoutes({ kms, logger }),
+      hostname: flags.listenAddress,
+      port: flags.port,
+    });
+  } catch (err) {
+    logger.error(`cannot start: ${(err as Error).message.split("\n")[0]}`);
+    return EXIT_FAILURE;
+  }
+  logger.info("listening", { address: server.address.hostname, port: server.address.port });
+
+  const signal = await stopSignal;
+  logger.info("shutting down", { signal });
+  await server.shutdown();
+  logger.info("stopped");
+  return 0;
+}
+
+/**
+ * Fails clearly when binding lies outside the net permissions: node:net
+ * would otherwise throw NotCapable asynchronously, outside any handler.
+ */
+async function checkListenPermission(address: string, port: number): Promise<void> {
+  const host = address.includes(":") && !address.startsWith("[") ? `[${address}]` : address;
+  const { state } = await Deno.permissions.query({
+    name: "net",
+    host: port === 0 ? host : `${host}:${port}`,
+  });
+  if (state !== "granted") {
+    throw new Error(
+      `listen address ${address} is outside this process's net permissions (grant it with --allow-net=${host})`,
+    );
+  }
+}
+
+if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -1,0 +1,76 @@
+/**
+ * Reads the key service's secret files (master secret, salt) with errors an
+ * operator can act on: one line naming the file and the problem, never its
+ * content.
+ *
+ * @module
+ */
+
+/** Why a secret file could not be used. */
+export type SecretFileProblem = "missing" | "not-permitted" | "unreadable" | "too-short";
+
+/** A secret file could not be used. The message names the file, never its content. */
+export class SecretFileError extends Error {
+  /** The problem, machine-readable. */
+  readonly reason: SecretFileProblem;
+  /** The file's path. */
+  readonly path: string;
+
+  constructor(reason: SecretFileProblem, path: string, message: string) {
+    super(message);
+    this.name = "SecretFileError";
+    this.reason = reason;
+    this.path = path;
+  }
+}
+
+/** Options for {@linkcode readSecretFile}. */
+export interface ReadSecretFileOptions {
+  /** What the file holds, for messages, e.g. "master secret". */
+  description: string;
+  /** Fewest bytes accepted. */
+  minLength: number;
+}
+
+/**
+ * Reads a secret file as raw bytes.
+ *
+ * @throws {SecretFileError} when the file is missing, lies outside the
+ * process's read permissions (Deno `NotCapable`), cannot be read, or is
+ * shorter than `minLength`.
+ */
+export async function readSecretFile(path: string, options: ReadSecretFileOptions): Promise<Uint8Array> {
+  const what = `${options.description} file ${path}`;
+  let bytes: Uint8Array;
+  try {
+    bytes = await Deno.readFile(path);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) {
+      throw new SecretFileError("missing", path, `${what}: does not exist`);
+    }
+    if (err instanceof Deno.errors.NotCapable) {
+      throw new SecretFileError(
+        "not-permitted",
+        path,
+        `${what}: outside this process's read permissions (grant it with --allow-read=${path})`,
+      );
+    }
+    if (err instanceof Deno.errors.PermissionDenied) {
+      throw new SecretFileError("unreadable", path, `${what}: permission denied by the operating system`);
+    }
+    throw new SecretFileError("unreadable", path, `${what}: cannot be read: ${firstLine(err)}`);
+  }
+  if (bytes.length < options.minLength) {
+    bytes.fill(0);
+    throw new SecretFileError(
+      "too-short",
+      path,
+      `${what}: too short: ${bytes.length} bytes, want at least ${options.minLength}`,
+    );
+  }
+  return bytes;
+}
+
+function firstLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split("\n")[0];
+}

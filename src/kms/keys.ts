@@ -1,0 +1,72 @@
+/**
+ * The cluster's key IDs and the derivations built on them: the measurement
+ * secret, the cluster ID and the state disk key.
+ *
+ * ```text
+ * measurementSecret = HKDF(master secret, salt, "key-measurementSecret", 32)
+ * clusterID         = HKDF(measurementSecret, measurementSalt, "key-clusterID", 32)
+ * state disk key    = HKDF(master secret, salt, "key-" + lower-case disk UUID, 32)
+ * ```
+ *
+ * @module
+ */
+import { deriveKey } from "./hkdf.ts";
+
+/** Prefix of every data key's HKDF info; the key service adds it to the IDs it is asked for. */
+export const DEK_PREFIX = "key-";
+
+/** Key ID of the measurement secret (what the join service asks the key service for). */
+export const MEASUREMENT_SECRET_KEY_ID = "measurementSecret";
+
+/** HKDF info of the cluster ID. */
+export const CLUSTER_ID_INFO = `${DEK_PREFIX}clusterID`;
+
+/** Length of derived keys: measurement secret, cluster ID, state disk key. */
+export const DERIVED_KEY_LENGTH = 32;
+
+/** Shortest accepted master secret in bytes. */
+export const MASTER_SECRET_MIN_LENGTH = 16;
+
+/** Shortest accepted master salt in bytes. */
+export const MASTER_SALT_MIN_LENGTH = 32;
+
+/** Derives a data key from its full HKDF info (e.g. the cluster KMS). */
+export interface DataKeyDeriver {
+  /** Returns the key for `dekID` (the full HKDF info, prefix included). */
+  getDEK(dekID: string, length: number): Promise<Uint8Array>;
+}
+
+/** The HKDF info of the data key with ID `keyID`: `"key-" + keyID`. */
+export function dataKeyInfo(keyID: string): string {
+  return DEK_PREFIX + keyID;
+}
+
+/**
+ * The key ID of a state disk: its UUID, lower-cased. HKDF info is
+ * case-sensitive, so a device reporting its UUID in upper case must still
+ * get the same key.
+ */
+export function stateDiskKeyID(diskUUID: string): string {
+  return diskUUID.toLowerCase();
+}
+
+/** Derives the cluster's measurement secret (info "key-measurementSecret", 32 bytes). */
+export function deriveMeasurementSecret(kms: DataKeyDeriver): Promise<Uint8Array> {
+  return kms.getDEK(dataKeyInfo(MEASUREMENT_SECRET_KEY_ID), DERIVED_KEY_LENGTH);
+}
+
+/** Derives the key of the state disk with UUID `diskUUID` (lower-cased first; 32 bytes). */
+export function deriveStateDiskKey(kms: DataKeyDeriver, diskUUID: string): Promise<Uint8Array> {
+  return kms.getDEK(dataKeyInfo(stateDiskKeyID(diskUUID)), DERIVED_KEY_LENGTH);
+}
+
+/**
+ * Derives the cluster ID, the value a node extends into PCR 15 when it locks
+ * itself to the cluster: HKDF(measurementSecret, measurementSalt, "key-clusterID", 32).
+ */
+export function deriveClusterID(
+  measurementSecret: Uint8Array,
+  measurementSalt: Uint8Array,
+): Promise<Uint8Array> {
+  return deriveKey(measurementSecret, measurementSalt, CLUSTER_ID_INFO, DERIVED_KEY_LENGTH);
+}

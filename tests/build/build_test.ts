@@ -1,0 +1,171 @@
+/**
+ * `scripts/build.ts` and its artifact: the key service bundle, run through
+ * its launcher by the pinned Deno, reads secrets inside its baked permissions
+ * (/var/config) and cannot read or bind outside them.
+ */
+import assert from "node:assert/strict";
+import { toHex } from "../../src/attestation/attestation.ts";
+import { createKeyServiceClient } from "../../src/keyservice/client.ts";
+import { launcherScript, permissionFlags } from "../../scripts/build.ts";
+import { HKDF_ZERO } from "../kms/vectors.ts";
+import { runToExit, startService } from "../support/process.ts";
+import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/key_service_process.ts";
+
+const CONFIG_DIR = "/var/config";
+const LAUNCHER = `${REPO_ROOT}dist/key-service`;
+/** The pinned Deno the launcher runs. */
+const LAUNCHER_ENV = { DENO: `${REPO_ROOT}node_modules/.bin/deno` };
+const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
+
+const NOT_ROOT =
+  "this test places the key service's secrets inside its baked read permission, so it must run as root";
+
+/** Creates /var/config if needed; fails clearly when this user cannot write there. Returns whether it created it. */
+async function ensureConfigDir(): Promise<boolean> {
+  try {
+    await Deno.stat(CONFIG_DIR);
+    return false;
+  } catch (err) {
+    if (!(err instanceof Deno.errors.NotFound)) throw err;
+  }
+  try {
+    await Deno.mkdir(CONFIG_DIR);
+    return true;
+  } catch (err) {
+    throw new Error(`cannot create ${CONFIG_DIR} (${(err as Error).message}): ${NOT_ROOT}`);
+  }
+}
+
+Deno.test("permissionFlags() expands a deno.json permission set into explicit flags", () => {
+  const config = {
+    permissions: {
+      svc: {
+        read: ["/var/config", "/etc/x"],
+        net: true,
+        env: { allow: ["A", "B"], deny: ["SECRET"] },
+        run: ["tpm2_quote"],
+        write: false,
+        sys: [],
+      },
+      all: { all: true },
+      relative: { read: ["config"] },
+      comma: { net: ["a,b"] },
+    },
+  };
+  assert.deepEqual(permissionFlags(config, "svc"), [
+    "--allow-read=/var/config,/etc/x",
+    "--allow-net",
+    "--allow-env=A,B",
+    "--deny-env=SECRET",
+    "--allow-run=tpm2_quote",
+  ]);
+  assert.throws(() => permissionFlags(config, "absent"), {
+    message: 'deno.json has no permission set "absent"',
+  });
+  assert.throws(() => permissionFlags(config, "all"), {
+    message: 'permission set "all": "all" is not allowed in an artifact',
+  });
+  assert.throws(() => permissionFlags(config, "relative"), {
+    message: 'permission set "relative": read path "config" must be absolute in an artifact',
+  });
+  assert.throws(() => permissionFlags(config, "comma"), {
+    message: 'permission set "comma": net entry "a,b" has a comma',
+  });
+});
+
+Deno.test("launcherScript() quotes every flag for the shell", () => {
+  const script = launcherScript({ name: "svc", entry: "src/svc.ts", permissionSet: "svc" }, [
+    "--allow-net=[::1]",
+    "--allow-read=/it's",
+  ]);
+  assert.match(script, /^#!\/bin\/sh\n/);
+  assert.ok(
+    script.includes(
+      `exec "\${DENO:-deno}" run --no-config --no-prompt '--allow-net=[::1]' '--allow-read=/it'\\''s' "$dir/svc.js" "$@"`,
+    ),
+  );
+});
+
+Deno.test("the built key service runs under exactly its permission set", async (t) => {
+  const build = await runToExit("deno", ["run", "-P=build", "--no-prompt", "scripts/build.ts"], {
+    cwd: REPO_ROOT,
+    timeoutMs: 120_000,
+  });
+  assert.equal(build.code, 0, build.stderrLines.join("\n"));
+  assert.match(build.stdoutLines.join("\n"), /^built dist\/key-service\.js \(\d+ KiB, deno bundle\)$/m);
+  const launcher = await Deno.readTextFile(LAUNCHER);
+  assert.ok(
+    launcher.includes("--allow-read=/var/config '--allow-net=0.0.0.0,127.0.0.1,localhost,[::],[::1]'"),
+    launcher,
+  );
+  assert.equal((await Deno.stat(LAUNCHER)).mode! & 0o777, 0o755);
+
+  const createdConfigDir = await ensureConfigDir();
+  const inside = await writeSecrets(
+    { masterSecret: new Uint8Array(32), salt: new Uint8Array(32) },
+    CONFIG_DIR,
+  );
+  const outside = await writeSecrets({ masterSecret: new Uint8Array(32), salt: new Uint8Array(32) });
+  try {
+    await t.step("it serves the HKDFZero key from secrets under /var/config", async () => {
+      const service = await startService(LAUNCHER, [
+        "--port",
+        "0",
+        "--listen-address",
+        "127.0.0.1",
+        "--master-secret",
+        inside.masterSecretPath,
+        "--salt",
+        inside.saltPath,
+      ], { readyMatch: KEY_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
+      try {
+        const client = createKeyServiceClient({ endpoint: `127.0.0.1:${service.port}`, timeoutMs: 5000 });
+        assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
+      } finally {
+        assert.equal((await service.stop()).code, 0);
+      }
+    });
+
+    await t.step("it cannot read a master secret outside its permissions", async () => {
+      const result = await runToExit(LAUNCHER, [
+        "--port",
+        "0",
+        "--listen-address",
+        "127.0.0.1",
+        "--master-secret",
+        outside.masterSecretPath,
+        "--salt",
+        inside.saltPath,
+      ], { env: LAUNCHER_ENV, cwd: "/" });
+      assert.equal(result.code, 1);
+      assert.equal(result.stderrLines.length, 1, result.stderrLines.join("\n"));
+      const { level, msg } = JSON.parse(result.stderrLines[0]);
+      assert.equal(level, "error");
+      assert.ok(msg.includes(outside.masterSecretPath), msg);
+      assert.match(msg, /outside this process's read permissions/);
+    });
+
+    await t.step("it cannot listen outside its net permissions", async () => {
+      const result = await runToExit(LAUNCHER, [
+        "--port",
+        "0",
+        "--listen-address",
+        "192.0.2.1",
+        "--master-secret",
+        inside.masterSecretPath,
+        "--salt",
+        inside.saltPath,
+      ], { env: LAUNCHER_ENV, cwd: "/" });
+      assert.equal(result.code, 1);
+      assert.equal(result.stderrLines.length, 1, result.stderrLines.join("\n"));
+      assert.match(
+        JSON.parse(result.stderrLines[0]).msg,
+        /listen address 192\.0\.2\.1 is outside this process's net permissions/,
+      );
+    });
+  } finally {
+    await Deno.remove(inside.dir, { recursive: true });
+    await Deno.remove(outside.dir, { recursive: true });
+    if (createdConfigDir) await Deno.remove(CONFIG_DIR).catch(() => {});
+  }
+});

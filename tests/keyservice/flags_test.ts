@@ -1,0 +1,52 @@
+import assert from "node:assert/strict";
+import { KEY_SERVICE_USAGE, parseKeyServiceFlags, UsageError } from "../../src/keyservice/flags.ts";
+
+Deno.test("parseKeyServiceFlags() defaults to the original's settings", () => {
+  assert.deepEqual(parseKeyServiceFlags([]), {
+    port: 9000,
+    listenAddress: "0.0.0.0",
+    masterSecretPath: "/var/config/mastersecret",
+    saltPath: "/var/config/salt",
+    logLevel: "info",
+  });
+});
+
+Deno.test("parseKeyServiceFlags() reads every flag, in both --flag value and --flag=value forms", () => {
+  assert.deepEqual(
+    parseKeyServiceFlags([
+      "--port=0",
+      "--listen-address",
+      "::1",
+      "--master-secret",
+      "/tmp/m",
+      "--salt=/tmp/s",
+      "--log-level",
+      "debug",
+    ]),
+    { port: 0, listenAddress: "::1", masterSecretPath: "/tmp/m", saltPath: "/tmp/s", logLevel: "debug" },
+  );
+  assert.equal(parseKeyServiceFlags(["--help"]), "help");
+  assert.match(KEY_SERVICE_USAGE, /--master-secret <file>/);
+});
+
+Deno.test("parseKeyServiceFlags() rejects a bad command line with a one-line message", () => {
+  const cases: [string[], string][] = [
+    [["--bogus"], "unknown flag --bogus"],
+    [["-v"], "unknown flag -v"],
+    [["extra"], "unexpected argument extra: the key service takes only flags"],
+    [["--port"], "flag --port needs a value"],
+    [["--port", "70000"], 'invalid --port "70000": want a number from 0 to 65535'],
+    [["--port=-1"], 'invalid --port "-1": want a number from 0 to 65535'],
+    [["--port", "-1"], 'flag --port needs a value (write --port=<value> for one starting with "-")'],
+    [["--port", "90a"], 'invalid --port "90a": want a number from 0 to 65535'],
+    [["--log-level", "trace"], 'invalid log level "trace": want one of debug, info, warn, error'],
+    [["--salt="], "--salt must not be empty"],
+  ];
+  for (const [args, message] of cases) {
+    assert.throws(() => parseKeyServiceFlags(args), (err) => {
+      assert.ok(err instanceof UsageError, `${args}: ${err}`);
+      assert.equal(err.message, message);
+      return true;
+    });
+  }
+});

@@ -1,0 +1,339 @@
+/**
+ * The real key service process: started with `deno run -P=key-service`,
+ * called over gRPC, the Connect protocol and gRPC-Web (connect-node, HTTP/2)
+ * and with `buf curl`, failing at startup, and stopping gracefully.
+ */
+import assert from "node:assert/strict";
+import * as http2 from "node:http2";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import {
+  createConnectTransport,
+  createGrpcWebTransport,
+  Http2SessionManager,
+} from "@connectrpc/connect-node";
+import { toHex } from "../../src/attestation/attestation.ts";
+import {
+  API,
+  GetDataKeyRequestSchema,
+  type GetDataKeyResponse,
+  GetDataKeyResponseSchema,
+} from "../../src/gen/kms/kms_pb.ts";
+import { createKeyServiceClient } from "../../src/keyservice/client.ts";
+import { deriveClusterID } from "../../src/kms/keys.ts";
+import { runToExit } from "../support/process.ts";
+import {
+  CHAINED_EXAMPLE,
+  CONSTELLATION_VECTORS,
+  fromHex,
+  HKDF_ZERO,
+  type HkdfVector,
+} from "../kms/vectors.ts";
+import {
+  KEY_SERVICE_LISTENING,
+  REPO_ROOT,
+  runKeyServiceToExit,
+  startKeyService,
+  writeSecrets,
+} from "./key_service_process.ts";
+
+const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
+
+/** Calls GetDataKey with `buf curl`; returns its exit code and output. */
+function bufCurl(port: number, protocol: "grpc" | "connect", request: object) {
+  return runToExit("buf", [
+    "curl",
+    "--schema",
+    "proto",
+    "--protocol",
+    protocol,
+    "--http2-prior-knowledge",
+    "--data",
+    JSON.stringify(request),
+    `http://127.0.0.1:${port}/kms.API/GetDataKey`,
+  ], { cwd: REPO_ROOT });
+}
+
+/** Calls GetDataKey with a connect-node transport over HTTP/2, on its own connection. */
+async function callWith(
+  createTransport: typeof createConnectTransport | typeof createGrpcWebTransport,
+  port: number,
+  dataKeyId: string,
+  length: number,
+): Promise<Uint8Array> {
+  const baseUrl = `http://127.0.0.1:${port}`;
+  const sessionManager = new Http2SessionManager(baseUrl);
+  try {
+    const client = createClient(API, createTransport({ baseUrl, httpVersion: "2", sessionManager }));
+    return (await client.getDataKey({ dataKeyId, length })).dataKey;
+  } finally {
+    sessionManager.abort();
+  }
+}
+
+async function assertInvalidArgument(call: Promise<unknown>, message: string) {
+  await assert.rejects(call, (err) => {
+    assert.ok(err instanceof ConnectError, String(err));
+    assert.equal(err.code, Code.InvalidArgument);
+    assert.equal(err.rawMessage, message);
+    return true;
+  });
+}
+
+const TOO_LONG = "can't derive key with length 8161: the maximum is 8160 bytes";
+
+Deno.test("the key service process serves the HKDFZero disk key to every client", async (t) => {
+  const keyService = await startKeyService({ masterSecret: new Uint8Array(32), salt: new Uint8Array(32) });
+  const { port, stderrLines } = keyService.service;
+  try {
+    await t.step("its listening line names the bound address and port", () => {
+      const listening = JSON.parse(stderrLines.find((line) => KEY_SERVICE_LISTENING.test(line))!);
+      assert.equal(listening.component, "key-service");
+      assert.equal(listening.level, "info");
+      assert.equal(listening.address, "127.0.0.1");
+      assert.equal(listening.port, port);
+    });
+
+    await t.step("gRPC (the typed client)", async () => {
+      const client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 5000 });
+      assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
+      await assertInvalidArgument(client.getDataKey(ZERO_UUID, 0), "can't derive key with length zero");
+      await assertInvalidArgument(client.getDataKey("", 32), "no data key ID specified");
+      await assertInvalidArgument(client.getDataKey(ZERO_UUID, 8161), TOO_LONG);
+    });
+
+    await t.step("the Connect protocol and gRPC-Web over HTTP/2", async () => {
+      for (const transport of [createConnectTransport, createGrpcWebTransport]) {
+        assert.equal(toHex(await callWith(transport, port, ZERO_UUID, 32)), HKDF_ZERO.output);
+        await assertInvalidArgument(
+          callWith(transport, port, ZERO_UUID, 0),
+          "can't derive key with length zero",
+        );
+        await assertInvalidArgument(callWith(transport, port, "", 32), "no data key ID specified");
+        await assertInvalidArgument(callWith(transport, port, ZERO_UUID, 8161), TOO_LONG);
+      }
+    });
+
+    await t.step("buf curl, gRPC and Connect with HTTP/2 prior knowledge", async () => {
+      for (const protocol of ["grpc", "connect"] as const) {
+        const ok = await bufCurl(port, protocol, { dataKeyId: ZERO_UUID, length: 32 });
+        assert.equal(ok.code, 0, ok.stderrLines.join("\n"));
+        const { dataKey } = JSON.parse(ok.stdoutLines.join("\n"));
+        assert.equal(toHex(Uint8Array.fromBase64(dataKey)), HKDF_ZERO.output);
+
+        for (
+          const [request, message] of [
+            [{ dataKeyId: ZERO_UUID, length: 0 }, "can't derive key with length zero"],
+            [{ dataKeyId: "", length: 32 }, "no data key ID specified"],
+            [{ dataKeyId: ZERO_UUID, length: 8161 }, TOO_LONG],
+          ] as const
+        ) {
+          const failed = await bufCurl(port, protocol, request);
+          assert.notEqual(failed.code, 0);
+          const error = JSON.parse(failed.stderrLines.join("\n"));
+          assert.deepEqual(
+            error,
+            { code: "invalid_argument", message },
+            `${protocol} ${JSON.stringify(request)}`,
+          );
+        }
+      }
+    });
+
+    await t.step("it logs each call's key ID and length at debug, never a key", () => {
+      const calls = stderrLines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === "GetDataKey");
+      assert.ok(calls.length >= 20, `${calls.length} call lines`);
+      assert.ok(
+        calls.some((entry) => entry.keyID === ZERO_UUID && entry.length === 32 && entry.level === "debug"),
+      );
+      const key = fromHex(HKDF_ZERO.output);
+      for (const line of stderrLines) {
+        assert.ok(!line.includes(HKDF_ZERO.output) && !line.includes(key.toBase64()), line);
+      }
+    });
+  } finally {
+    assert.equal((await keyService.close()).code, 0);
+  }
+});
+
+Deno.test("the key service process derives every test vector", async (t) => {
+  const idOf = (vector: HkdfVector) => new TextDecoder().decode(vector.info).slice("key-".length);
+  for (const vector of CONSTELLATION_VECTORS) {
+    await t.step(vector.name, async () => {
+      const keyService = await startKeyService({ masterSecret: vector.secret, salt: vector.salt });
+      try {
+        const client = createKeyServiceClient({ endpoint: `127.0.0.1:${keyService.service.port}` });
+        assert.equal(toHex(await client.getDataKey(idOf(vector), vector.length)), vector.output);
+      } finally {
+        assert.equal((await keyService.close()).code, 0);
+      }
+    });
+  }
+
+  await t.step("the chained example: measurement secret, cluster ID, disk key", async () => {
+    const { masterSecret, masterSalt } = CHAINED_EXAMPLE;
+    const keyService = await startKeyService({ masterSecret, salt: masterSalt });
+    try {
+      const client = createKeyServiceClient({ endpoint: `127.0.0.1:${keyService.service.port}` });
+      const measurementSecret = await client.getDataKey("measurementSecret", 32);
+      assert.equal(toHex(measurementSecret), CHAINED_EXAMPLE.measurementSecret);
+      const clusterID = await deriveClusterID(measurementSecret, CHAINED_EXAMPLE.measurementSalt);
+      assert.equal(toHex(clusterID), CHAINED_EXAMPLE.clusterID);
+      assert.equal(toHex(await client.getDataKey(CHAINED_EXAMPLE.diskUUID, 32)), CHAINED_EXAMPLE.diskKey);
+    } finally {
+      assert.equal((await keyService.close()).code, 0);
+    }
+  });
+
+  await t.step("the shortest accepted secrets: 16-byte master secret, 32-byte salt", async () => {
+    const keyService = await startKeyService({
+      masterSecret: new Uint8Array(16).fill(1),
+      salt: new Uint8Array(32),
+    });
+    try {
+      const client = createKeyServiceClient({ endpoint: `127.0.0.1:${keyService.service.port}` });
+      assert.equal((await client.getDataKey("some-disk", 32)).length, 32);
+    } finally {
+      assert.equal((await keyService.close("SIGINT")).code, 0, "SIGINT stops it gracefully too");
+    }
+  });
+});
+
+Deno.test("the key service process refuses to start without usable secrets, in one line, before listening", async () => {
+  const ok = await writeSecrets({ masterSecret: new Uint8Array(32), salt: new Uint8Array(32) });
+  const short = await writeSecrets({ masterSecret: new Uint8Array(15), salt: new Uint8Array(31) });
+  const missing = `${ok.dir}/absent`;
+  try {
+    const cases: { name: string; allowRead: string[]; flags: string[]; file: string; problem: RegExp }[] = [
+      {
+        name: "a master secret shorter than 16 bytes",
+        allowRead: [short.masterSecretPath, ok.saltPath],
+        flags: ["--master-secret", short.masterSecretPath, "--salt", ok.saltPath],
+        file: short.masterSecretPath,
+        problem: /too short: 15 bytes, want at least 16/,
+      },
+      {
+        name: "a salt shorter than 32 bytes",
+        allowRead: [ok.masterSecretPath, short.saltPath],
+        flags: ["--master-secret", ok.masterSecretPath, "--salt", short.saltPath],
+        file: short.saltPath,
+        problem: /too short: 31 bytes, want at least 32/,
+      },
+      {
+        name: "a missing master secret file",
+        allowRead: [ok.dir],
+        flags: ["--master-secret", missing, "--salt", ok.saltPath],
+        file: missing,
+        problem: /does not exist/,
+      },
+      {
+        name: "a master secret outside the permission set",
+        allowRead: [ok.saltPath],
+        flags: ["--master-secret", ok.masterSecretPath, "--salt", ok.saltPath],
+        file: ok.masterSecretPath,
+        problem: /outside this process's read permissions/,
+      },
+    ];
+    await Promise.all(cases.map(async ({ name, allowRead, flags, file, problem }) => {
+      const result = await runKeyServiceToExit(allowRead, flags);
+      const output = `${name}: ${result.stderrLines.join("\n")}`;
+      assert.equal(result.code, 1, output);
+      assert.equal(result.stderrLines.length, 1, output);
+      const entry = JSON.parse(result.stderrLines[0]);
+      assert.equal(entry.level, "error", output);
+      assert.ok(entry.msg.includes(file), output);
+      assert.match(entry.msg, problem, output);
+    }));
+  } finally {
+    await Deno.remove(ok.dir, { recursive: true });
+    await Deno.remove(short.dir, { recursive: true });
+  }
+});
+
+Deno.test("the key service process rejects a bad command line with status 2 and explains --help", async () => {
+  const [unknown, help] = await Promise.all([
+    runKeyServiceToExit([], ["--verbose"]),
+    runKeyServiceToExit([], ["--help"]),
+  ]);
+  assert.equal(unknown.code, 2);
+  assert.deepEqual(unknown.stderrLines, ["key-service: unknown flag --verbose (see --help)"]);
+  assert.equal(help.code, 0);
+  assert.match(help.stdoutLines.join("\n"), /^Usage: key-service \[flags\]/);
+  assert.deepEqual(help.stderrLines, []);
+});
+
+Deno.test("the key service process finishes a call in flight on SIGTERM, then exits 0", async () => {
+  const keyService = await startKeyService({ masterSecret: new Uint8Array(32), salt: new Uint8Array(32) });
+  const { service } = keyService;
+  const session = http2.connect(`http://127.0.0.1:${service.port}`);
+  const calls: GrpcCall[] = [];
+  try {
+    // A call whose request is only half sent stays in flight on the server.
+    const inFlight = startGrpcCall(session, "in-flight");
+    calls.push(inFlight);
+    inFlight.stream.write(inFlight.frame.subarray(0, 3));
+    // A complete call after it on the same connection: once it is answered, the server has
+    // read every frame before it, so it has opened the in-flight call.
+    const probe = startGrpcCall(session, ZERO_UUID);
+    calls.push(probe);
+    probe.stream.end(probe.frame);
+    assert.equal(toHex((await probe.response).dataKey), HKDF_ZERO.output);
+
+    const exited = service.stop("SIGTERM");
+    await service.waitForLine(/"msg":"shutting down"/, 5000);
+    inFlight.stream.end(inFlight.frame.subarray(3));
+    assert.equal((await inFlight.response).dataKey.length, 32);
+    assert.equal((await exited).code, 0);
+
+    const log = service.stderrLines.map((line) => JSON.parse(line));
+    // The probe ran before the signal; the in-flight call completed after it, before the stop.
+    assert.deepEqual(log.slice(-4).map((entry) => [entry.msg, entry.keyID ?? null]), [
+      ["GetDataKey", ZERO_UUID],
+      ["shutting down", null],
+      ["GetDataKey", "in-flight"],
+      ["stopped", null],
+    ]);
+  } finally {
+    session.destroy();
+    await Promise.allSettled(calls.map((call) => call.response));
+    await keyService.close();
+  }
+});
+
+/** A raw gRPC GetDataKey call on an HTTP/2 session; the test sends `frame` (the length-prefixed request). */
+interface GrpcCall {
+  stream: http2.ClientHttp2Stream;
+  frame: Uint8Array;
+  /** The response message; rejects unless grpc-status is 0. */
+  response: Promise<GetDataKeyResponse>;
+}
+
+function startGrpcCall(session: http2.ClientHttp2Session, dataKeyId: string): GrpcCall {
+  const message = toBinary(
+    GetDataKeyRequestSchema,
+    create(GetDataKeyRequestSchema, { dataKeyId, length: 32 }),
+  );
+  const frame = new Uint8Array(5 + message.length);
+  new DataView(frame.buffer).setUint32(1, message.length);
+  frame.set(message, 5);
+  const stream = session.request({
+    ":method": "POST",
+    ":path": "/kms.API/GetDataKey",
+    "content-type": "application/grpc+proto",
+    te: "trailers",
+  });
+  const response = new Promise<GetDataKeyResponse>((resolve, reject) => {
+    const chunks: Uint8Array[] = [];
+    let status = "";
+    stream.on("data", (chunk: Uint8Array) => chunks.push(chunk));
+    stream.on("trailers", (trailers) => status = String(trailers["grpc-status"]));
+    stream.on("error", reject);
+    stream.on("close", () => {
+      if (status !== "0") return reject(new Error(`grpc-status ${status || "missing"}`));
+      const body = new Uint8Array(chunks.reduce((n, chunk) => n + chunk.length, 0));
+      chunks.reduce((offset, chunk) => (body.set(chunk, offset), offset + chunk.length), 0);
+      resolve(fromBinary(GetDataKeyResponseSchema, body.subarray(5)));
+    });
+  });
+  return { stream, frame, response };
+}

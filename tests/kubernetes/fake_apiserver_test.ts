@@ -1,0 +1,193 @@
+/**
+ * The fake API server answers like kube-apiserver where our client does not
+ * look: raw HTTP against it, checking status codes and `Status` bodies.
+ */
+import assert from "node:assert/strict";
+import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserver.ts";
+
+type Json = Record<string, unknown>;
+
+async function raw(
+  server: FakeApiServer,
+  method: string,
+  path: string,
+  body?: unknown,
+  options: { contentType?: string; certificate?: boolean } = {},
+): Promise<{ status: number; json: Json }> {
+  const tls = options.certificate === false ? {} : { cert: server.clientCertPem, key: server.clientKeyPem };
+  using client = Deno.createHttpClient({ caCerts: [server.caPem], ...tls });
+  const headers: Record<string, string> = {};
+  if (body !== undefined) headers["content-type"] = options.contentType ?? "application/json";
+  const response = await fetch(server.url + path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+    client,
+  });
+  return { status: response.status, json: await response.json() };
+}
+
+const secrets = "/api/v1/namespaces/default/secrets";
+
+Deno.test("fake apiserver: unknown paths and unserved verbs are 404 with a Status body", async () => {
+  await using server = await startFakeApiServer();
+  const notFound = {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: "Failure",
+    message: "the server could not find the requested resource",
+    reason: "NotFound",
+    details: {},
+    code: 404,
+  };
+  for (
+    const [method, path] of [
+      ["GET", "/api/v1/nodes/n"],
+      ["GET", secrets],
+      ["GET", "/apis/update.edgeless.systems/v1alpha1/namespaces/default/joiningnodes/x"],
+      ["POST", `${secrets}/x`],
+      ["GET", "/healthz"],
+    ]
+  ) {
+    const { status, json } = await raw(server, method, path);
+    assert.equal(status, 404, `${method} ${path}`);
+    assert.deepEqual(json, notFound);
+  }
+});
+
+Deno.test("fake apiserver: without certificate or token, 401 Unauthorized as the real server", async () => {
+  await using server = await startFakeApiServer({ requireClientCertificate: false });
+  const { status, json } = await raw(server, "GET", `${secrets}/x`, undefined, { certificate: false });
+  assert.equal(status, 401);
+  assert.deepEqual(json, {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: "Failure",
+    message: "Unauthorized",
+    reason: "Unauthorized",
+    code: 401,
+  });
+});
+
+Deno.test("fake apiserver: Secret stringData becomes base64 data, type defaults to Opaque, bad base64 is 400", async () => {
+  await using server = await startFakeApiServer();
+  const created = await raw(server, "POST", secrets, {
+    metadata: { name: "s" },
+    stringData: { key: "välue" },
+  });
+  assert.equal(created.status, 201);
+  assert.deepEqual(created.json.data, {
+    key: btoa(String.fromCharCode(...new TextEncoder().encode("välue"))),
+  });
+  assert.equal(created.json.stringData, undefined);
+  assert.equal(created.json.type, "Opaque");
+  const bad = await raw(server, "POST", secrets, { metadata: { name: "t" }, data: { key: "not base64!" } });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.reason, "BadRequest");
+});
+
+Deno.test("fake apiserver: validation errors are 422 Invalid; a missing namespace is 404", async () => {
+  await using server = await startFakeApiServer();
+  const badName = await raw(server, "POST", secrets, { metadata: { name: "Bad_Name" } });
+  assert.equal(badName.status, 422);
+  assert.equal(badName.json.reason, "Invalid");
+  assert.match(
+    String(badName.json.message),
+    /^Secret "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": /,
+  );
+  const noName = await raw(server, "POST", secrets, { metadata: {} });
+  assert.equal(
+    noName.json.message,
+    'Secret "" is invalid: metadata.name: Required value: name or generateName is required',
+  );
+  const badKey = await raw(server, "POST", "/api/v1/namespaces/default/configmaps", {
+    metadata: { name: "c" },
+    data: { "a b": "1" },
+  });
+  assert.equal(badKey.status, 422);
+  const noNamespace = await raw(server, "POST", "/api/v1/namespaces/nope/secrets", {
+    metadata: { name: "s" },
+  });
+  assert.equal(noNamespace.status, 404);
+  assert.equal(noNamespace.json.message, 'namespaces "nope" not found');
+  const otherNamespace = await raw(server, "POST", secrets, {
+    metadata: { name: "s", namespace: "kube-system" },
+  });
+  assert.equal(otherNamespace.status, 400);
+  assert.equal(
+    otherNamespace.json.message,
+    "the namespace of the provided object does not match the namespace sent on the request",
+  );
+});
+
+Deno.test("fake apiserver: apply needs a fieldManager and the apply content type", async () => {
+  await using server = await startFakeApiServer();
+  const path = "/apis/update.edgeless.systems/v1alpha1/joiningnodes/n";
+  const object = {
+    apiVersion: "update.edgeless.systems/v1alpha1",
+    kind: "JoiningNode",
+    metadata: { name: "n" },
+  };
+  const noManager = await raw(server, "PATCH", path, object, { contentType: "application/apply-patch+yaml" });
+  assert.equal(noManager.status, 422);
+  assert.equal(
+    noManager.json.message,
+    'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+  );
+  const mergePatch = await raw(server, "PATCH", `${path}?fieldManager=m`, object, {
+    contentType: "application/merge-patch+json",
+  });
+  assert.equal(mergePatch.status, 415);
+  assert.equal(mergePatch.json.reason, "UnsupportedMediaType");
+  const yaml =
+    "apiVersion: update.edgeless.systems/v1alpha1\nkind: JoiningNode\nmetadata:\n  name: n\nspec:\n  name: n\n";
+  const applied = await raw(server, "PATCH", `${path}?fieldManager=m`, yaml, {
+    contentType: "application/apply-patch+yaml",
+  });
+  assert.equal(applied.status, 201);
+  assert.deepEqual(applied.json.spec, { name: "n" });
+});
+
+Deno.test("fake apiserver: apply removes fields its manager stopped applying, keeps others' fields", async () => {
+  await using server = await startFakeApiServer();
+  const path = "/apis/update.edgeless.systems/v1alpha1/joiningnodes/n";
+  const apply = (manager: string, spec: Json) =>
+    raw(server, "PATCH", `${path}?fieldManager=${manager}`, {
+      apiVersion: "update.edgeless.systems/v1alpha1",
+      kind: "JoiningNode",
+      metadata: { name: "n" },
+      spec,
+    }, { contentType: "application/apply-patch+yaml" });
+  await apply("a", { name: "n", deadline: "d1" });
+  await apply("b", { iscontrolplane: false });
+  const result = await apply("a", { name: "n" });
+  assert.equal(result.status, 200);
+  assert.deepEqual(result.json.spec, { name: "n", iscontrolplane: false });
+  const managed =
+    (result.json.metadata as { managedFields: { manager: string; fieldsV1: Json }[] }).managedFields;
+  assert.deepEqual(
+    managed.map((m) => [m.manager, m.fieldsV1]),
+    [["b", { "f:spec": { "f:iscontrolplane": {} } }], ["a", { "f:spec": { "f:name": {} } }]],
+  );
+});
+
+Deno.test("fake apiserver: a no-op update keeps the resourceVersion; DELETE answers a Success Status", async () => {
+  await using server = await startFakeApiServer();
+  const created = await raw(server, "POST", secrets, { metadata: { name: "s" }, data: { a: btoa("1") } });
+  const metadata = created.json.metadata as Json;
+  const same = await raw(server, "PUT", `${secrets}/s`, { metadata: { name: "s" }, data: { a: btoa("1") } });
+  assert.equal((same.json.metadata as Json).resourceVersion, metadata.resourceVersion);
+  const deleted = await raw(server, "DELETE", `${secrets}/s`);
+  assert.equal(deleted.status, 200);
+  assert.deepEqual(deleted.json, {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: "Success",
+    details: { name: "s", kind: "secrets", uid: metadata.uid },
+  });
+  const again = await raw(server, "DELETE", `${secrets}/s`);
+  assert.equal(again.status, 404);
+});

@@ -1,0 +1,92 @@
+/**
+ * Starts a throwaway software TPM (swtpm) for tests.
+ *
+ * Each call gets a fresh TPM in its own temporary directory, listening on a
+ * unix socket; `stop()` shuts it down through its control channel and
+ * removes the directory. A missing swtpm fails the test loudly: TPM tests
+ * must never be skipped silently.
+ *
+ * @module
+ */
+
+/** A running swtpm. */
+export interface Swtpm {
+  /** tpm2-tools TCTI for it, e.g. "swtpm:path=/tmp/swtpm-abc/tpm.sock". */
+  readonly tcti: string;
+  /** Stops swtpm and removes its state. Idempotent. */
+  stop(): Promise<void>;
+}
+
+const READY_TIMEOUT_MS = 10_000;
+const STOP_TIMEOUT_MS = 5_000;
+
+/** Starts swtpm (TPM 2.0, already started up with TPM2_Startup(CLEAR)). */
+export async function startSwtpm(): Promise<Swtpm> {
+  const dir = await Deno.makeTempDir({ prefix: "swtpm-" });
+  const socket = `${dir}/tpm.sock`;
+  const control = `${socket}.ctrl`; // where the swtpm TCTI expects the control channel
+  await Deno.mkdir(`${dir}/state`);
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command("swtpm", {
+      args: [
+        ...["socket", "--tpm2", "--tpmstate", `dir=${dir}/state`],
+        ...["--server", `type=unixio,path=${socket}`, "--ctrl", `type=unixio,path=${control}`],
+        ...["--flags", "not-need-init,startup-clear"],
+      ],
+      clearEnv: true,
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+  } catch (error) {
+    await Deno.remove(dir, { recursive: true });
+    if (error instanceof Deno.errors.NotFound) {
+      throw new Error("swtpm is not installed: apt-get install swtpm swtpm-tools tpm2-tools");
+    }
+    throw error;
+  }
+  const exited = child.output();
+  let running = true;
+  exited.then(() => running = false);
+
+  const stop = async () => {
+    if (running) {
+      await new Deno.Command("swtpm_ioctl", {
+        args: ["-s", "--unix", control],
+        clearEnv: true,
+        stdout: "null",
+      })
+        .output();
+      const timer = setTimeout(() => running && child.kill("SIGKILL"), STOP_TIMEOUT_MS);
+      await exited;
+      clearTimeout(timer);
+    }
+    await Deno.remove(dir, { recursive: true }).catch((error) => {
+      if (!(error instanceof Deno.errors.NotFound)) throw error;
+    });
+  };
+
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  for (;;) {
+    if (!running) {
+      const output = await exited;
+      await stop();
+      throw new Error(`swtpm exited before it was ready: ${new TextDecoder().decode(output.stderr).trim()}`);
+    }
+    // The control channel answers once swtpm has initialized the TPM and entered its main loop.
+    const probe = await new Deno.Command("swtpm_ioctl", {
+      args: ["-c", "--unix", control],
+      clearEnv: true,
+      stdout: "null",
+      stderr: "null",
+    }).output();
+    if (probe.success) break;
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`swtpm did not answer on ${control} within ${READY_TIMEOUT_MS} ms`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return { tcti: `swtpm:path=${socket}`, stop };
+}
