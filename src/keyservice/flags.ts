@@ -3,8 +3,10 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
+import { parseFlags, parsePort, UsageError } from "../flags/flags.ts";
+
+export { UsageError };
 
 /** The key service's settings. */
 export interface KeyServiceFlags {
@@ -34,14 +36,6 @@ Flags:
   --help                    show this help
 `;
 
-/** A bad command line; the process exits with status 2. */
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "UsageError";
-  }
-}
-
 /**
  * Parses the command line. Returns "help" when `--help` is given.
  *
@@ -49,24 +43,14 @@ export class UsageError extends Error {
  * flag value, a bad port or a bad log level.
  */
 export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        port: { type: "string", default: "9000" },
-        "listen-address": { type: "string", default: "0.0.0.0" },
-        "master-secret": { type: "string", default: "/var/config/mastersecret" },
-        salt: { type: "string", default: "/var/config/salt" },
-        "log-level": { type: "string", default: "info" },
-        help: { type: "boolean", default: false },
-      },
-    }));
-  } catch (err) {
-    throw new UsageError(describeParseError(err));
-  }
+  const values = parseFlags(args, {
+    port: { type: "string", default: "9000" },
+    "listen-address": { type: "string", default: "0.0.0.0" },
+    "master-secret": { type: "string", default: "/var/config/mastersecret" },
+    salt: { type: "string", default: "/var/config/salt" },
+    "log-level": { type: "string", default: "info" },
+    help: { type: "boolean", default: false },
+  }, "key service");
   if (values.help) return "help";
   let logLevel: LogLevel;
   try {
@@ -84,33 +68,4 @@ export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
     saltPath: values.salt,
     logLevel,
   };
-}
-
-function parsePort(value: string): number {
-  const port = /^\d{1,5}$/.test(value) ? Number(value) : NaN;
-  if (!(port <= 65535)) throw new UsageError(`invalid --port "${value}": want a number from 0 to 65535`);
-  return port;
-}
-
-/** Turns node:util's parse errors (long, Node-specific) into one short line. */
-function describeParseError(err: unknown): string {
-  const { code, message } = err as { code?: string; message?: string };
-  const option = /'(-[^']*)'/.exec(message ?? "")?.[1];
-  switch (code) {
-    case "ERR_PARSE_ARGS_UNKNOWN_OPTION":
-      return `unknown flag ${option}`;
-    case "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL":
-      return `unexpected argument ${
-        /'([^']*)'/.exec(message ?? "")?.[1] ?? ""
-      }: the key service takes only flags`;
-    case "ERR_PARSE_ARGS_INVALID_OPTION_VALUE":
-      if (!option) return message ?? "invalid flag value";
-      return (message ?? "").includes("ambiguous")
-        ? `flag ${option.split(" ")[0]} needs a value (write ${
-          option.split(" ")[0]
-        }=<value> for one starting with "-")`
-        : `flag ${option.split(" ")[0]} needs a value`;
-    default:
-      return message ?? String(err);
-  }
 }

@@ -37,7 +37,7 @@ import { createLogger } from "../log/logger.ts";
 import { serveRpc } from "../rpc/server.ts";
 import { terminationSignal } from "../rpc/signals.ts";
 import { KEY_SERVICE_USAGE, parseKeyServiceFlags, UsageError } from "./flags.ts";
-import { readSecretFile } from "./secret_file.ts";
+import { readSecretFile } from "../secrets/secret_file.ts";
 import { keyServiceRoutes } from "./server.ts";
 
 /** Exit status of a bad command line. */
@@ -78,7 +78,6 @@ export async function main(args: string[]): Promise<number> {
     const kms = new ClusterKMS(masterSecret, salt);
     masterSecret.fill(0);
     salt.fill(0);
-    await checkListenPermission(flags.listenAddress, flags.port);
     server = await serveRpc({
       routes: keyServiceRoutes({ kms, logger }),
       hostname: flags.listenAddress,
@@ -95,23 +94,6 @@ export async function main(args: string[]): Promise<number> {
   await server.shutdown();
   logger.info("stopped");
   return 0;
-}
-
-/**
- * Fails clearly when binding lies outside the net permissions: node:net
- * would otherwise throw NotCapable asynchronously, outside any handler.
- */
-async function checkListenPermission(address: string, port: number): Promise<void> {
-  const host = address.includes(":") && !address.startsWith("[") ? `[${address}]` : address;
-  const { state } = await Deno.permissions.query({
-    name: "net",
-    host: port === 0 ? host : `${host}:${port}`,
-  });
-  if (state !== "granted") {
-    throw new Error(
-      `listen address ${address} is outside this process's net permissions (grant it with --allow-net=${host})`,
-    );
-  }
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -6,6 +6,7 @@
  */
 import * as http from "node:http";
 import type { AddressInfo } from "node:net";
+import { checkListenPermission } from "../rpc/server.ts";
 
 /** Label names to values. */
 export type Labels = Record<string, string>;
@@ -138,6 +139,7 @@ export async function serveMetrics(
   registry: MetricsRegistry,
   options: { hostname: string; port: number },
 ): Promise<MetricsServer> {
+  await checkListenPermission(options.hostname, options.port);
   const server = http.createServer((req, res) => {
     if (req.method === "GET" && req.url === "/metrics") {
       res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });

@@ -52,6 +52,7 @@ export interface RpcServer {
 
 /** Starts an RPC server; resolves once it listens. */
 export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
+  await checkListenPermission(options.hostname, options.port);
   const adapter = connectNodeAdapter({
     routes: options.routes,
     interceptors: options.interceptors,
@@ -104,4 +105,21 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
       await closed;
     },
   };
+}
+
+/**
+ * Fails clearly when binding lies outside the net permissions: node:net
+ * would otherwise throw NotCapable asynchronously, outside any handler.
+ */
+export async function checkListenPermission(address: string, port: number): Promise<void> {
+  const host = address.includes(":") && !address.startsWith("[") ? `[${address}]` : address;
+  const { state } = await Deno.permissions.query({
+    name: "net",
+    host: port === 0 ? host : `${host}:${port}`,
+  });
+  if (state !== "granted") {
+    throw new Error(
+      `listen address ${address} is outside this process's net permissions (grant it with --allow-net=${host})`,
+    );
+  }
 }

@@ -1,5 +1,5 @@
 /**
- * Reads the key service's secret files (master secret, salt) with errors an
+ * Reads secret files (master secret, salts) with errors an
  * operator can act on: one line naming the file and the problem, never its
  * content.
  *

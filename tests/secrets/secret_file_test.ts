@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { readSecretFile, SecretFileError } from "../../src/keyservice/secret_file.ts";
+import { readSecretFile, SecretFileError } from "../../src/secrets/secret_file.ts";
 
 async function withTempDir(fn: (dir: string) => Promise<void>) {
   const dir = await Deno.makeTempDir({ prefix: "secret-file-test-" });
