@@ -29,7 +29,11 @@ export interface Validator {
    * Verifies `document` against the expected `reportData` and this
    * validator's expected measurements. Throws {@linkcode AttestationError}.
    */
-  validate(document: Uint8Array, reportData: Uint8Array, options?: { signal?: AbortSignal }): Promise<Verification>;
+  validate(
+    document: Uint8Array,
+    reportData: Uint8Array,
+    options?: { signal?: AbortSignal },
+  ): Promise<Verification>;
 }
 
 /** One expected measurement (a PCR for TPM variants). */

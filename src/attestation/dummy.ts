@@ -21,7 +21,8 @@ import type { Logger } from "../log/logger.ts";
 /** Variant name. */
 export const DUMMY_VARIANT = "dummy";
 
-const WARNING = "INSECURE: attestation variant 'dummy' accepts forged evidence; never use it outside development";
+const WARNING =
+  "INSECURE: attestation variant 'dummy' accepts forged evidence; never use it outside development";
 
 /** Issues dummy evidence. */
 export class DummyIssuer implements Issuer {
@@ -33,7 +34,9 @@ export class DummyIssuer implements Issuer {
 
   issue(reportData: Uint8Array): Promise<Uint8Array> {
     if (reportData.length !== REPORT_DATA_LENGTH) {
-      return Promise.reject(new Error(`report data must be ${REPORT_DATA_LENGTH} bytes, got ${reportData.length}`));
+      return Promise.reject(
+        new Error(`report data must be ${REPORT_DATA_LENGTH} bytes, got ${reportData.length}`),
+      );
     }
     const doc = { variant: DUMMY_VARIANT, reportData: btoa(String.fromCharCode(...reportData)) };
     return Promise.resolve(new TextEncoder().encode(JSON.stringify(doc)));
@@ -61,12 +64,18 @@ export class DummyValidator implements Validator {
       reported = Uint8Array.from(atob(doc.reportData), (c) => c.charCodeAt(0));
     } catch {
       return Promise.reject(
-        new AttestationError("malformed", 'malformed dummy document: want {"variant":"dummy","reportData":"<base64>"}'),
+        new AttestationError(
+          "malformed",
+          'malformed dummy document: want {"variant":"dummy","reportData":"<base64>"}',
+        ),
       );
     }
     if (!bytesEqual(reported, reportData)) {
       return Promise.reject(
-        new AttestationError("report-data-mismatch", "report data in the evidence does not match this request"),
+        new AttestationError(
+          "report-data-mismatch",
+          "report data in the evidence does not match this request",
+        ),
       );
     }
     return Promise.resolve({ variant: DUMMY_VARIANT, warnings: [], measurements: {} });

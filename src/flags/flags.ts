@@ -23,7 +23,9 @@ export function parseFlags<T extends ParseArgsOptionsConfig>(
   args: string[],
   options: T,
   component: string,
-): ReturnType<typeof parseArgs<{ args: string[]; options: T; strict: true; allowPositionals: false }>>["values"] {
+): ReturnType<
+  typeof parseArgs<{ args: string[]; options: T; strict: true; allowPositionals: false }>
+>["values"] {
   try {
     return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
   } catch (err) {
@@ -53,7 +55,9 @@ function describeParseError(err: unknown, component: string): string {
     case "ERR_PARSE_ARGS_UNKNOWN_OPTION":
       return `unknown flag ${option}`;
     case "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL":
-      return `unexpected argument ${/'([^']*)'/.exec(message ?? "")?.[1] ?? ""}: the ${component} takes only flags`;
+      return `unexpected argument ${
+        /'([^']*)'/.exec(message ?? "")?.[1] ?? ""
+      }: the ${component} takes only flags`;
     case "ERR_PARSE_ARGS_INVALID_OPTION_VALUE": {
       if (!option) return message ?? "invalid flag value";
       const flag = option.split(" ")[0];

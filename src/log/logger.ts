@@ -52,7 +52,9 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   const make = (base: LogFields): Logger => {
     const emit = (level: LogLevel, msg: string, fields?: LogFields) => {
       if (severity[level] < min) return;
-      write(JSON.stringify({ time: new Date(now()).toISOString(), level, msg, ...base, ...fields }, replacer));
+      write(
+        JSON.stringify({ time: new Date(now()).toISOString(), level, msg, ...base, ...fields }, replacer),
+      );
     };
     return {
       debug: (msg, fields) => emit("debug", msg, fields),

@@ -61,7 +61,21 @@ export class Histogram implements Metric {
   constructor(
     readonly name: string,
     readonly help: string,
-    readonly buckets: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    readonly buckets: readonly number[] = [
+      0.001,
+      0.0025,
+      0.005,
+      0.01,
+      0.025,
+      0.05,
+      0.1,
+      0.25,
+      0.5,
+      1,
+      2.5,
+      5,
+      10,
+    ],
   ) {}
 
   /** Records one observation. */

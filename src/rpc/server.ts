@@ -7,7 +7,12 @@
  */
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
-import { type ConnectRouter, type ContextValues, createContextValues, type Interceptor } from "@connectrpc/connect";
+import {
+  type ConnectRouter,
+  type ContextValues,
+  createContextValues,
+  type Interceptor,
+} from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { peerAddressKey } from "./peer.ts";
 
@@ -57,11 +62,11 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     routes: options.routes,
     interceptors: options.interceptors,
     readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,
-    // deno-lint-ignore no-explicit-any
-    contextValues: ((req: http2.Http2ServerRequest) => {
-      const values = options.contextValues?.(req) ?? createContextValues();
+    // Every request here is an Http2ServerRequest: both server kinds below are node:http2's.
+    contextValues: (req) => {
+      const values = options.contextValues?.(req as http2.Http2ServerRequest) ?? createContextValues();
       return values.set(peerAddressKey, req.socket?.remoteAddress ?? "unknown");
-    }) as any,
+    },
   });
   const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
     if (options.httpHandler?.(req, res)) return;

@@ -20,7 +20,9 @@ export interface SelfSignedOptions {
 }
 
 /** Creates a self-signed certificate; resolves to PEM certificate and PKCS#8 key. */
-export async function createSelfSignedCertificate(options: SelfSignedOptions): Promise<{ cert: string; key: string }> {
+export async function createSelfSignedCertificate(
+  options: SelfSignedOptions,
+): Promise<{ cert: string; key: string }> {
   const algorithm = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" } as const;
   const keys = await crypto.subtle.generateKey(algorithm, true, ["sign", "verify"]) as CryptoKeyPair;
   const names = [
@@ -44,6 +46,9 @@ export async function createSelfSignedCertificate(options: SelfSignedOptions): P
       ...(names.length > 0 ? [new x509.SubjectAlternativeNameExtension(names)] : []),
     ],
   });
-  const key = x509.PemConverter.encode(await crypto.subtle.exportKey("pkcs8", keys.privateKey), "PRIVATE KEY");
+  const key = x509.PemConverter.encode(
+    await crypto.subtle.exportKey("pkcs8", keys.privateKey),
+    "PRIVATE KEY",
+  );
   return { cert: cert.toString("pem"), key };
 }

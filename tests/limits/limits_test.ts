@@ -9,7 +9,11 @@ function manualClock(start = 0) {
 
 Deno.test("rate limiter refuses a peer over its burst and refills over time", () => {
   const clock = manualClock();
-  const limiter = new RateLimiter({ global: { perSecond: 100, burst: 100 }, perPeer: { perSecond: 2, burst: 3 }, clock });
+  const limiter = new RateLimiter({
+    global: { perSecond: 100, burst: 100 },
+    perPeer: { perSecond: 2, burst: 3 },
+    clock,
+  });
   assert.deepEqual([limiter.take("a"), limiter.take("a"), limiter.take("a")], [null, null, null]);
   assert.equal(limiter.take("a"), "peer");
   assert.equal(limiter.take("b"), null, "another peer is unaffected");
@@ -20,7 +24,11 @@ Deno.test("rate limiter refuses a peer over its burst and refills over time", ()
 
 Deno.test("rate limiter refuses everyone over the global limit without charging the peer", () => {
   const clock = manualClock();
-  const limiter = new RateLimiter({ global: { perSecond: 1, burst: 2 }, perPeer: { perSecond: 10, burst: 10 }, clock });
+  const limiter = new RateLimiter({
+    global: { perSecond: 1, burst: 2 },
+    perPeer: { perSecond: 10, burst: 10 },
+    clock,
+  });
   assert.equal(limiter.take("a"), null);
   assert.equal(limiter.take("b"), null);
   assert.equal(limiter.take("c"), "global");

@@ -24,5 +24,8 @@ Deno.test("self-signed serving certificate is an end-entity with the requested n
   const data = new TextEncoder().encode("proof");
   const signature = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, privateKey, data);
   const publicKey = await parsed.publicKey.export();
-  assert.equal(await crypto.subtle.verify({ name: "ECDSA", hash: "SHA-256" }, publicKey, signature, data), true);
+  assert.equal(
+    await crypto.subtle.verify({ name: "ECDSA", hash: "SHA-256" }, publicKey, signature, data),
+    true,
+  );
 });

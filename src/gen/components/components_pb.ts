@@ -13,9 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file components/components.proto.
  */
 export const file_components_components: GenFile = /*@__PURE__*/
-  fileDesc(
-    "Chtjb21wb25lbnRzL2NvbXBvbmVudHMucHJvdG8SCmNvbXBvbmVudHMiTQoJQ29tcG9uZW50EgsKA3VybBgBIAEoCRIMCgRoYXNoGAIgASgJEhQKDGluc3RhbGxfcGF0aBgDIAEoCRIPCgdleHRyYWN0GAQgASgIYgZwcm90bzM",
-  );
+  fileDesc("Chtjb21wb25lbnRzL2NvbXBvbmVudHMucHJvdG8SCmNvbXBvbmVudHMiTQoJQ29tcG9uZW50EgsKA3VybBgBIAEoCRIMCgRoYXNoGAIgASgJEhQKDGluc3RhbGxfcGF0aBgDIAEoCRIPCgdleHRyYWN0GAQgASgIYgZwcm90bzM");
 
 /**
  * One downloadable component with its integrity hash.
@@ -58,3 +56,4 @@ export type Component = Message<"components.Component"> & {
  */
 export const ComponentSchema: GenMessage<Component> = /*@__PURE__*/
   messageDesc(file_components_components, 0);
+

@@ -18,10 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file join/join.proto.
  */
 export const file_join_join: GenFile = /*@__PURE__*/
-  fileDesc(
-    "Cg9qb2luL2pvaW4ucHJvdG8SBGpvaW4izwEKFklzc3VlSm9pblRpY2tldFJlcXVlc3QSEQoJZGlza191dWlkGAEgASgJEhsKE2NlcnRpZmljYXRlX3JlcXVlc3QYAiABKAwSGAoQaXNfY29udHJvbF9wbGFuZRgDIAEoCBIXCg9ob3N0X3B1YmxpY19rZXkYBCABKAwSIwobaG9zdF9jZXJ0aWZpY2F0ZV9wcmluY2lwYWxzGAUgAygJEi0KC2F0dGVzdGF0aW9uGGQgASgLMhguYXRscy52MS5BdHRlc3RlZFJlcXVlc3QiuAMKF0lzc3VlSm9pblRpY2tldFJlc3BvbnNlEhYKDnN0YXRlX2Rpc2tfa2V5GAEgASgMEhgKEG1lYXN1cmVtZW50X3NhbHQYAiABKAwSGgoSbWVhc3VyZW1lbnRfc2VjcmV0GAMgASgMEhQKDGt1YmVsZXRfY2VydBgEIAEoDBIbChNhcGlfc2VydmVyX2VuZHBvaW50GAUgASgJEg0KBXRva2VuGAYgASgJEiQKHGRpc2NvdmVyeV90b2tlbl9jYV9jZXJ0X2hhc2gYByABKAkSOAoTY29udHJvbF9wbGFuZV9maWxlcxgIIAMoCzIbLmpvaW4uQ29udHJvbFBsYW5lQ2VydE9yS2V5EhoKEmt1YmVybmV0ZXNfdmVyc2lvbhgJIAEoCRI0ChVrdWJlcm5ldGVzX2NvbXBvbmVudHMYCiADKAsyFS5jb21wb25lbnRzLkNvbXBvbmVudBIgChhhdXRob3JpemVkX2NhX3B1YmxpY19rZXkYCyABKAwSGAoQaG9zdF9jZXJ0aWZpY2F0ZRgMIAEoDBIfCgZzZWFsZWQYZCABKAsyDy5hdGxzLnYxLlNlYWxlZCIzChVDb250cm9sUGxhbmVDZXJ0T3JLZXkSDAoEbmFtZRgBIAEoCRIMCgRkYXRhGAIgASgMIlwKGElzc3VlUmVqb2luVGlja2V0UmVxdWVzdBIRCglkaXNrX3V1aWQYASABKAkSLQoLYXR0ZXN0YXRpb24YZCABKAsyGC5hdGxzLnYxLkF0dGVzdGVkUmVxdWVzdCJwChlJc3N1ZVJlam9pblRpY2tldFJlc3BvbnNlEhYKDnN0YXRlX2Rpc2tfa2V5GAEgASgMEhoKEm1lYXN1cmVtZW50X3NlY3JldBgCIAEoDBIfCgZzZWFsZWQYZCABKAsyDy5hdGxzLnYxLlNlYWxlZCIVChNHZXRDaGFsbGVuZ2VSZXF1ZXN0IkEKFEdldENoYWxsZW5nZVJlc3BvbnNlEg0KBW5vbmNlGAEgASgMEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgCIAEoAyISChBHZXRTdGF0dXNSZXF1ZXN0IpcCChFHZXRTdGF0dXNSZXNwb25zZRIbChNhdHRlc3RhdGlvbl92YXJpYW50GAEgASgJEhsKE21lYXN1cmVtZW50c19kaWdlc3QYAiABKAkSGQoRY29uZmlnX2dlbmVyYXRpb24YAyABKAQSNwoIY291bnRlcnMYBCADKAsyJS5qb2luLkdldFN0YXR1c1Jlc3BvbnNlLkNvdW50ZXJzRW50cnkSGgoSc3RhcnRlZF9hdF91bml4X21zGAUgASgDEicKDG1lYXN1cmVtZW50cxgGIAMoCzIRLmpvaW4uTWVhc3VyZW1lbnQaLwoNQ291bnRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBIkEKC01lYXN1cmVtZW50Eg0KBWluZGV4GAEgASgNEhAKCGV4cGVjdGVkGAIgASgJEhEKCXdhcm5fb25seRgDIAEoCDKwAgoDQVBJEk4KD0lzc3VlSm9pblRpY2tldBIcLmpvaW4uSXNzdWVKb2luVGlja2V0UmVxdWVzdBodLmpvaW4uSXNzdWVKb2luVGlja2V0UmVzcG9uc2USVAoRSXNzdWVSZWpvaW5UaWNrZXQSHi5qb2luLklzc3VlUmVqb2luVGlja2V0UmVxdWVzdBofLmpvaW4uSXNzdWVSZWpvaW5UaWNrZXRSZXNwb25zZRJFCgxHZXRDaGFsbGVuZ2USGS5qb2luLkdldENoYWxsZW5nZVJlcXVlc3QaGi5qb2luLkdldENoYWxsZW5nZVJlc3BvbnNlEjwKCUdldFN0YXR1cxIWLmpvaW4uR2V0U3RhdHVzUmVxdWVzdBoXLmpvaW4uR2V0U3RhdHVzUmVzcG9uc2ViBnByb3RvMw",
-    [file_atls_v1_atls, file_components_components],
-  );
+  fileDesc("Cg9qb2luL2pvaW4ucHJvdG8SBGpvaW4izwEKFklzc3VlSm9pblRpY2tldFJlcXVlc3QSEQoJZGlza191dWlkGAEgASgJEhsKE2NlcnRpZmljYXRlX3JlcXVlc3QYAiABKAwSGAoQaXNfY29udHJvbF9wbGFuZRgDIAEoCBIXCg9ob3N0X3B1YmxpY19rZXkYBCABKAwSIwobaG9zdF9jZXJ0aWZpY2F0ZV9wcmluY2lwYWxzGAUgAygJEi0KC2F0dGVzdGF0aW9uGGQgASgLMhguYXRscy52MS5BdHRlc3RlZFJlcXVlc3QiuAMKF0lzc3VlSm9pblRpY2tldFJlc3BvbnNlEhYKDnN0YXRlX2Rpc2tfa2V5GAEgASgMEhgKEG1lYXN1cmVtZW50X3NhbHQYAiABKAwSGgoSbWVhc3VyZW1lbnRfc2VjcmV0GAMgASgMEhQKDGt1YmVsZXRfY2VydBgEIAEoDBIbChNhcGlfc2VydmVyX2VuZHBvaW50GAUgASgJEg0KBXRva2VuGAYgASgJEiQKHGRpc2NvdmVyeV90b2tlbl9jYV9jZXJ0X2hhc2gYByABKAkSOAoTY29udHJvbF9wbGFuZV9maWxlcxgIIAMoCzIbLmpvaW4uQ29udHJvbFBsYW5lQ2VydE9yS2V5EhoKEmt1YmVybmV0ZXNfdmVyc2lvbhgJIAEoCRI0ChVrdWJlcm5ldGVzX2NvbXBvbmVudHMYCiADKAsyFS5jb21wb25lbnRzLkNvbXBvbmVudBIgChhhdXRob3JpemVkX2NhX3B1YmxpY19rZXkYCyABKAwSGAoQaG9zdF9jZXJ0aWZpY2F0ZRgMIAEoDBIfCgZzZWFsZWQYZCABKAsyDy5hdGxzLnYxLlNlYWxlZCIzChVDb250cm9sUGxhbmVDZXJ0T3JLZXkSDAoEbmFtZRgBIAEoCRIMCgRkYXRhGAIgASgMIlwKGElzc3VlUmVqb2luVGlja2V0UmVxdWVzdBIRCglkaXNrX3V1aWQYASABKAkSLQoLYXR0ZXN0YXRpb24YZCABKAsyGC5hdGxzLnYxLkF0dGVzdGVkUmVxdWVzdCJwChlJc3N1ZVJlam9pblRpY2tldFJlc3BvbnNlEhYKDnN0YXRlX2Rpc2tfa2V5GAEgASgMEhoKEm1lYXN1cmVtZW50X3NlY3JldBgCIAEoDBIfCgZzZWFsZWQYZCABKAsyDy5hdGxzLnYxLlNlYWxlZCIVChNHZXRDaGFsbGVuZ2VSZXF1ZXN0IkEKFEdldENoYWxsZW5nZVJlc3BvbnNlEg0KBW5vbmNlGAEgASgMEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgCIAEoAyISChBHZXRTdGF0dXNSZXF1ZXN0IpcCChFHZXRTdGF0dXNSZXNwb25zZRIbChNhdHRlc3RhdGlvbl92YXJpYW50GAEgASgJEhsKE21lYXN1cmVtZW50c19kaWdlc3QYAiABKAkSGQoRY29uZmlnX2dlbmVyYXRpb24YAyABKAQSNwoIY291bnRlcnMYBCADKAsyJS5qb2luLkdldFN0YXR1c1Jlc3BvbnNlLkNvdW50ZXJzRW50cnkSGgoSc3RhcnRlZF9hdF91bml4X21zGAUgASgDEicKDG1lYXN1cmVtZW50cxgGIAMoCzIRLmpvaW4uTWVhc3VyZW1lbnQaLwoNQ291bnRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBIkEKC01lYXN1cmVtZW50Eg0KBWluZGV4GAEgASgNEhAKCGV4cGVjdGVkGAIgASgJEhEKCXdhcm5fb25seRgDIAEoCDKwAgoDQVBJEk4KD0lzc3VlSm9pblRpY2tldBIcLmpvaW4uSXNzdWVKb2luVGlja2V0UmVxdWVzdBodLmpvaW4uSXNzdWVKb2luVGlja2V0UmVzcG9uc2USVAoRSXNzdWVSZWpvaW5UaWNrZXQSHi5qb2luLklzc3VlUmVqb2luVGlja2V0UmVxdWVzdBofLmpvaW4uSXNzdWVSZWpvaW5UaWNrZXRSZXNwb25zZRJFCgxHZXRDaGFsbGVuZ2USGS5qb2luLkdldENoYWxsZW5nZVJlcXVlc3QaGi5qb2luLkdldENoYWxsZW5nZVJlc3BvbnNlEjwKCUdldFN0YXR1cxIWLmpvaW4uR2V0U3RhdHVzUmVxdWVzdBoXLmpvaW4uR2V0U3RhdHVzUmVzcG9uc2ViBnByb3RvMw", [file_atls_v1_atls, file_components_components]);
 
 /**
  * Request for a join ticket.
@@ -256,7 +253,8 @@ export const IssueRejoinTicketResponseSchema: GenMessage<IssueRejoinTicketRespon
  *
  * @generated from message join.GetChallengeRequest
  */
-export type GetChallengeRequest = Message<"join.GetChallengeRequest"> & {};
+export type GetChallengeRequest = Message<"join.GetChallengeRequest"> & {
+};
 
 /**
  * Describes the message join.GetChallengeRequest.
@@ -298,7 +296,8 @@ export const GetChallengeResponseSchema: GenMessage<GetChallengeResponse> = /*@_
  *
  * @generated from message join.GetStatusRequest
  */
-export type GetStatusRequest = Message<"join.GetStatusRequest"> & {};
+export type GetStatusRequest = Message<"join.GetStatusRequest"> & {
+};
 
 /**
  * Describes the message join.GetStatusRequest.
@@ -409,7 +408,7 @@ export const API: GenService<{
     methodKind: "unary";
     input: typeof IssueJoinTicketRequestSchema;
     output: typeof IssueJoinTicketResponseSchema;
-  };
+  },
   /**
    * IssueRejoinTicket verifies the node's attestation and returns the keys it needs to unlock its state disk, sealed.
    *
@@ -419,7 +418,7 @@ export const API: GenService<{
     methodKind: "unary";
     input: typeof IssueRejoinTicketRequestSchema;
     output: typeof IssueRejoinTicketResponseSchema;
-  };
+  },
   /**
    * GetChallenge returns a fresh single-use nonce for the attested exchange.
    *
@@ -429,7 +428,7 @@ export const API: GenService<{
     methodKind: "unary";
     input: typeof GetChallengeRequestSchema;
     output: typeof GetChallengeResponseSchema;
-  };
+  },
   /**
    * GetStatus reports the service's attestation configuration and counters (read-only, no secrets).
    *
@@ -439,6 +438,7 @@ export const API: GenService<{
     methodKind: "unary";
     input: typeof GetStatusRequestSchema;
     output: typeof GetStatusResponseSchema;
-  };
+  },
 }> = /*@__PURE__*/
   serviceDesc(file_join_join, 0);
+

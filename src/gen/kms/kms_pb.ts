@@ -13,9 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file kms/kms.proto.
  */
 export const file_kms_kms: GenFile = /*@__PURE__*/
-  fileDesc(
-    "Cg1rbXMva21zLnByb3RvEgNrbXMiOAoRR2V0RGF0YUtleVJlcXVlc3QSEwoLZGF0YV9rZXlfaWQYASABKAkSDgoGbGVuZ3RoGAIgASgNIiYKEkdldERhdGFLZXlSZXNwb25zZRIQCghkYXRhX2tleRgBIAEoDDJECgNBUEkSPQoKR2V0RGF0YUtleRIWLmttcy5HZXREYXRhS2V5UmVxdWVzdBoXLmttcy5HZXREYXRhS2V5UmVzcG9uc2ViBnByb3RvMw",
-  );
+  fileDesc("Cg1rbXMva21zLnByb3RvEgNrbXMiOAoRR2V0RGF0YUtleVJlcXVlc3QSEwoLZGF0YV9rZXlfaWQYASABKAkSDgoGbGVuZ3RoGAIgASgNIiYKEkdldERhdGFLZXlSZXNwb25zZRIQCghkYXRhX2tleRgBIAEoDDJECgNBUEkSPQoKR2V0RGF0YUtleRIWLmttcy5HZXREYXRhS2V5UmVxdWVzdBoXLmttcy5HZXREYXRhS2V5UmVzcG9uc2ViBnByb3RvMw");
 
 /**
  * Request for a derived data key.
@@ -79,6 +77,7 @@ export const API: GenService<{
     methodKind: "unary";
     input: typeof GetDataKeyRequestSchema;
     output: typeof GetDataKeyResponseSchema;
-  };
+  },
 }> = /*@__PURE__*/
   serviceDesc(file_kms_kms, 0);
+

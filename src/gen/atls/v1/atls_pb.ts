@@ -15,9 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file atls/v1/atls.proto.
  */
 export const file_atls_v1_atls: GenFile = /*@__PURE__*/
-  fileDesc(
-    "ChJhdGxzL3YxL2F0bHMucHJvdG8SB2F0bHMudjEiLQoIRXZpZGVuY2USDwoHdmFyaWFudBgBIAEoCRIQCghkb2N1bWVudBgCIAEoDCJZCg9BdHRlc3RlZFJlcXVlc3QSDQoFbm9uY2UYASABKAwSEgoKcHVibGljX2tleRgCIAEoDBIjCghldmlkZW5jZRgDIAEoCzIRLmF0bHMudjEuRXZpZGVuY2UiNgoGU2VhbGVkEhgKEGVuY2Fwc3VsYXRlZF9rZXkYASABKAwSEgoKY2lwaGVydGV4dBgCIAEoDGIGcHJvdG8z",
-  );
+  fileDesc("ChJhdGxzL3YxL2F0bHMucHJvdG8SB2F0bHMudjEiLQoIRXZpZGVuY2USDwoHdmFyaWFudBgBIAEoCRIQCghkb2N1bWVudBgCIAEoDCJZCg9BdHRlc3RlZFJlcXVlc3QSDQoFbm9uY2UYASABKAwSEgoKcHVibGljX2tleRgCIAEoDBIjCghldmlkZW5jZRgDIAEoCzIRLmF0bHMudjEuRXZpZGVuY2UiNgoGU2VhbGVkEhgKEGVuY2Fwc3VsYXRlZF9rZXkYASABKAwSEgoKY2lwaGVydGV4dBgCIAEoDGIGcHJvdG8z");
 
 /**
  * Evidence produced by an attestation issuer.
@@ -109,3 +107,4 @@ export type Sealed = Message<"atls.v1.Sealed"> & {
  */
 export const SealedSchema: GenMessage<Sealed> = /*@__PURE__*/
   messageDesc(file_atls_v1_atls, 2);
+

@@ -1,0 +1,235 @@
+/**
+ * The attestation config file (`/var/config/attestationConfig`): which
+ * variant the cluster uses, the expected measurements, and which TPM
+ * attestation keys are trusted.
+ *
+ * ```json
+ * {
+ *   "variant": "qemu-vtpm",
+ *   "measurements": {"4": {"expected": "<64 hex>", "warnOnly": false}},
+ *   "akTrust": {"allowedKeyDigests": ["<64 hex>"]}
+ * }
+ * ```
+ *
+ * `akTrust` is either `{"allowedKeyDigests": [...]}` (lower-case or upper-case
+ * hex SHA-256 digests of the attestation keys, as the TPM variant defines
+ * them) or `{"trustAnyKey": true}`, the original's unconditional QEMU trust,
+ * which must be chosen explicitly. It is required for `qemu-vtpm`; for
+ * `dummy`, which has no keys, it is checked for shape if present and
+ * otherwise unused. `measurements` is required and non-empty for `qemu-vtpm`
+ * (an empty map would accept any boot chain); it is optional for `dummy`,
+ * which never checks measurements.
+ *
+ * Parsing is strict: unknown fields, wrong types and malformed values are
+ * errors naming the field. The file's variant must equal the variant the
+ * service was started with: the variant never changes at runtime.
+ *
+ * @module
+ */
+import type { AkTrust, Measurements } from "./attestation.ts";
+import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
+import { knownVariants, UnknownVariantError } from "./registry.ts";
+import { DUMMY_VARIANT } from "./dummy.ts";
+
+/** A parsed attestation config. */
+export interface AttestationConfig {
+  /** The attestation variant, e.g. "qemu-vtpm". */
+  variant: string;
+  /** Expected measurements (empty for a `dummy` config without them). */
+  measurements: Measurements;
+  /** Trusted attestation keys. Always `{ kind: "any" }` for `dummy`, which has no keys. */
+  akTrust: AkTrust;
+}
+
+/** Why a config was rejected. */
+export type AttestationConfigFailure =
+  | "unreadable" // the file cannot be read
+  | "invalid-json" // the content is not JSON
+  | "invalid-config" // JSON, but not a valid config
+  | "variant-mismatch"; // a valid config for another variant than the service's
+
+/** The attestation config is unreadable or invalid. The message names the field. */
+export class AttestationConfigError extends Error {
+  /** The reason, machine-readable. */
+  readonly code: AttestationConfigFailure;
+
+  constructor(code: AttestationConfigFailure, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "AttestationConfigError";
+    this.code = code;
+  }
+}
+
+/** Options for {@linkcode parseAttestationConfig}. */
+export interface ParseAttestationConfigOptions {
+  /** The variant the service runs (`--attestation-variant`); the file must name the same one. */
+  variant: string;
+  /** Where the text came from, for error messages; default "attestation config". */
+  source?: string;
+}
+
+const TOP_LEVEL_FIELDS = ["variant", "measurements", "akTrust"];
+const AK_TRUST_FIELDS = ["allowedKeyDigests", "trustAnyKey"];
+const AK_TRUST_HINT =
+  'list the trusted attestation key digests ({"akTrust": {"allowedKeyDigests": ["<64 hex>", ...]}}) or set {"akTrust": {"trustAnyKey": true}} explicitly';
+
+/** Parses attestation config JSON text. Throws {@linkcode AttestationConfigError}. */
+export function parseAttestationConfig(
+  text: string,
+  options: ParseAttestationConfigOptions,
+): AttestationConfig {
+  const source = options.source ?? "attestation config";
+  const fail = (
+    message: string,
+    code: AttestationConfigFailure = "invalid-config",
+    cause?: unknown,
+  ): never => {
+    throw new AttestationConfigError(code, `${source}: ${message}`, { cause });
+  };
+
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    // V8's message carries the position ("at position 7 (line 1 column 8)") where it knows it.
+    fail(`invalid JSON: ${(error as Error).message}`, "invalid-json", error);
+  }
+  if (!isPlainObject(value)) return fail(`want a JSON object, got ${describeType(value)}`);
+  for (const field of Object.keys(value)) {
+    if (!TOP_LEVEL_FIELDS.includes(field)) {
+      fail(`unknown field "${field}" (known: ${TOP_LEVEL_FIELDS.join(", ")})`);
+    }
+  }
+
+  if (!("variant" in value)) fail(`variant is missing (known: ${knownVariants().join(", ")})`);
+  if (typeof value.variant !== "string") fail(`variant must be a string, got ${describeType(value.variant)}`);
+  const variant = value.variant as string;
+  if (!knownVariants().includes(variant)) fail(new UnknownVariantError(variant).message);
+  if (variant !== options.variant) {
+    fail(
+      `the config is for attestation variant "${variant}" but this service runs "${options.variant}"; the variant is fixed at start and never changes at runtime`,
+      "variant-mismatch",
+    );
+  }
+
+  let measurements: Measurements = new Map();
+  if ("measurements" in value) {
+    try {
+      measurements = parseMeasurements(value.measurements);
+    } catch (error) {
+      if (!(error instanceof MeasurementsError)) throw error;
+      fail(error.message, "invalid-config", error);
+    }
+  } else if (variant !== DUMMY_VARIANT) {
+    fail(`measurements are missing: a ${variant} config must list the expected measurements`);
+  }
+  if (variant !== DUMMY_VARIANT && measurements.size === 0) {
+    fail(`measurements are empty: a ${variant} config must list at least one expected measurement`);
+  }
+
+  let akTrust: AkTrust | undefined;
+  if ("akTrust" in value) akTrust = parseAkTrust(value.akTrust, fail);
+  if (variant === DUMMY_VARIANT) return { variant, measurements, akTrust: { kind: "any" } };
+  if (akTrust === undefined) return fail(`akTrust is missing: ${AK_TRUST_HINT}`);
+  return { variant, measurements, akTrust };
+}
+
+function parseAkTrust(value: unknown, fail: (message: string) => never): AkTrust {
+  if (!isPlainObject(value)) {
+    return fail(`akTrust must be an object, got ${describeType(value)}; ${AK_TRUST_HINT}`);
+  }
+  for (const field of Object.keys(value)) {
+    if (!AK_TRUST_FIELDS.includes(field)) {
+      fail(`akTrust: unknown field "${field}" (known: ${AK_TRUST_FIELDS.join(", ")})`);
+    }
+  }
+  const hasList = "allowedKeyDigests" in value;
+  const hasAny = "trustAnyKey" in value;
+  if (hasList && hasAny) fail("akTrust: set either allowedKeyDigests or trustAnyKey, not both");
+  if (hasAny) {
+    if (value.trustAnyKey !== true) {
+      fail(
+        `akTrust: trustAnyKey must be true when present, got ${
+          JSON.stringify(value.trustAnyKey)
+        }; to restrict the keys, list them in allowedKeyDigests`,
+      );
+    }
+    return { kind: "any" };
+  }
+  if (!hasList) return fail(`akTrust is empty: ${AK_TRUST_HINT}`);
+  const list = value.allowedKeyDigests;
+  if (!Array.isArray(list)) {
+    return fail(`akTrust: allowedKeyDigests must be an array, got ${describeType(list)}`);
+  }
+  if (list.length === 0) fail(`akTrust: allowedKeyDigests is empty: ${AK_TRUST_HINT}`);
+  const keyDigests = new Set<string>();
+  list.forEach((digest: unknown, i) => {
+    if (typeof digest !== "string" || !/^[0-9a-fA-F]{64}$/.test(digest)) {
+      fail(
+        `akTrust: allowedKeyDigests[${i}] must be 64 hex digits (a SHA-256 digest), got ${
+          typeof digest === "string" ? `${digest.length} characters` : describeType(digest)
+        }`,
+      );
+    }
+    const normalized = (digest as string).toLowerCase();
+    if (keyDigests.has(normalized)) fail(`akTrust: allowedKeyDigests[${i}] is listed twice`);
+    keyDigests.add(normalized);
+  });
+  return { kind: "allow-list", keyDigests };
+}
+
+/**
+ * Reads the config file at `path` as UTF-8 text, following symlinks (as a
+ * ConfigMap volume needs). Throws {@linkcode AttestationConfigError}
+ * ("unreadable", or "invalid-json" for bytes that are not UTF-8).
+ */
+export async function readConfigText(path: string, signal?: AbortSignal): Promise<string> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await Deno.readFile(path, { signal });
+  } catch (error) {
+    if (signal?.aborted) throw error;
+    throw new AttestationConfigError(
+      "unreadable",
+      `cannot read attestation config ${path}: ${errorText(error)}`,
+      {
+        cause: error,
+      },
+    );
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch (error) {
+    throw new AttestationConfigError("invalid-json", `attestation config ${path}: not UTF-8 text`, {
+      cause: error,
+    });
+  }
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** How the trusted attestation keys changed between two configs (for reload logs). */
+export interface AkTrustDiff {
+  /** Trust mode before and after: "allow-list" or "any". */
+  from: AkTrust["kind"];
+  to: AkTrust["kind"];
+  /** Key digests trusted now but not before (when both are allow-lists; empty otherwise). */
+  addedKeys: string[];
+  /** Key digests trusted before but not now (when both are allow-lists; empty otherwise). */
+  removedKeys: string[];
+}
+
+/** Describes the AK trust change from `before` to `after`, or undefined if there is none. */
+export function diffAkTrust(before: AkTrust, after: AkTrust): AkTrustDiff | undefined {
+  if (before.kind !== "allow-list" || after.kind !== "allow-list") {
+    return before.kind === after.kind
+      ? undefined
+      : { from: before.kind, to: after.kind, addedKeys: [], removedKeys: [] };
+  }
+  const addedKeys = [...after.keyDigests].filter((k) => !before.keyDigests.has(k)).sort();
+  const removedKeys = [...before.keyDigests].filter((k) => !after.keyDigests.has(k)).sort();
+  if (addedKeys.length === 0 && removedKeys.length === 0) return undefined;
+  return { from: before.kind, to: after.kind, addedKeys, removedKeys };
+}

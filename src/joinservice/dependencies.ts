@@ -1,0 +1,312 @@
+/**
+ * The join service's concrete dependencies: the project's libraries (key
+ * service client, Kubernetes client, kubelet CA, SSH CA, ...) adapted to the
+ * interfaces `server.ts` declares, with their failures turned into Connect
+ * errors a node can act on (Unavailable: retry; InvalidArgument: fix the
+ * request; Internal: the service is misconfigured).
+ *
+ * @module
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Clock } from "../clock.ts";
+import type { Logger } from "../log/logger.ts";
+import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
+import { KubernetesError } from "../kubernetes/errors.ts";
+import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
+import { createBootstrapToken } from "./bootstraptoken.ts";
+import { discoveryTokenCaCertHash } from "./cahash.ts";
+import { parseComponents } from "./components.ts";
+import { loadControlPlaneFiles } from "./controlplanefiles.ts";
+import { KubeletCaError, nodeNameFromCsr, readKubeletCa, signKubeletCertificate } from "./kubeletca.ts";
+import { k8sCompliantHostname } from "./nodename.ts";
+import { SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, SshCa, SshCaError } from "./sshca.ts";
+import type {
+  BootstrapTokens,
+  ClusterInfo,
+  JoiningNodes,
+  KeySource,
+  KubeletSigner,
+  SshHostCertifier,
+} from "./server.ts";
+
+/** Namespace of the cluster's system objects. */
+export const SYSTEM_NAMESPACE = "kube-system";
+/** The NodeVersion resource naming the components ConfigMap. */
+export const NODE_VERSION = { group: "update.edgeless.systems", version: "v1alpha1", plural: "nodeversions" };
+/** Name of the cluster's NodeVersion object. */
+export const NODE_VERSION_NAME = "constellation-version";
+/** JoiningNode resources for the node operator. */
+export const JOINING_NODE = { group: "update.edgeless.systems", version: "v1alpha1", plural: "joiningnodes" };
+/** Name of the single JoiningNode of a joining control plane (one at a time, as the original). */
+export const CONTROL_PLANE_JOINING_NODE = "control-plane";
+/** How long a JoiningNode is meant to live. */
+export const JOINING_NODE_DEADLINE_MS = { worker: 48 * 3600_000, controlPlane: 10 * 60_000 };
+
+/** Turns a Kubernetes client error into a Connect error (retryable ones become Unavailable). */
+export function kubernetesConnectError(e: unknown): ConnectError {
+  if (e instanceof ConnectError) return e;
+  if (e instanceof KubernetesError) {
+    if (e.retryable) return new ConnectError(`API server unavailable: ${e.message}`, Code.Unavailable);
+    return new ConnectError(e.message, Code.Internal);
+  }
+  return new ConnectError(e instanceof Error ? e.message : String(e), Code.Internal);
+}
+
+async function kubernetesCall<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    throw kubernetesConnectError(e);
+  }
+}
+
+/**
+ * Kubelet certificates signed with the CA in `<pki>/ca.{crt,key}`, re-read
+ * when the files change. `checkCa` loads the CA once, for a clear error at
+ * start.
+ */
+export function kubeletSigner(
+  options: { pkiDir: string; clock: Clock },
+): KubeletSigner & { checkCa(): Promise<void> } {
+  const certFile = `${options.pkiDir}/ca.crt`;
+  const keyFile = `${options.pkiDir}/ca.key`;
+  let cached: { stamp: string; ca: ReturnType<typeof readKubeletCa> } | undefined;
+  const loadCa = async (signal?: AbortSignal) => {
+    const stamp = await fileStamp([certFile, keyFile]);
+    if (!cached || cached.stamp !== stamp) {
+      cached = { stamp, ca: readKubeletCa({ certFile, keyFile, signal }) };
+      cached.ca.catch(() => (cached = undefined));
+    }
+    return await cached.ca;
+  };
+  return {
+    async checkCa() {
+      await loadCa();
+    },
+    async sign(csrDer, { signal }) {
+      try {
+        const ca = await loadCa(signal);
+        const certificatePem = await signKubeletCertificate(csrDer, ca, { clock: options.clock });
+        return { certificatePem, nodeName: k8sCompliantHostname(nodeNameFromCsr(csrDer)) };
+      } catch (e) {
+        const message = e instanceof Error ? e.message : String(e);
+        if (e instanceof KubeletCaError && e.code.startsWith("ca-")) {
+          throw new ConnectError(`cluster CA unusable: ${message}`, Code.Internal);
+        }
+        throw new ConnectError(`certificate request rejected: ${message}`, Code.InvalidArgument);
+      }
+    },
+  };
+}
+
+/** A change stamp of files (mtime and size), so a rotated CA is picked up without restart. */
+async function fileStamp(paths: string[]): Promise<string> {
+  const stats = await Promise.all(paths.map((p) => Deno.stat(p).catch(() => undefined)));
+  return stats.map((s) => s ? `${s.mtime?.getTime()}:${s.size}` : "missing").join("|");
+}
+
+/** Options for {@linkcode clusterInfo}. */
+export interface ClusterInfoOptions {
+  client: KubernetesClient;
+  /** Holds admin.conf and pki/. */
+  kubernetesDir: string;
+  /** The endpoint handed to nodes, or how to find it. */
+  endpoint: { fixed: string } | { metadataUrl: string };
+}
+
+/** Cluster facts for tickets, from the API server, the control plane's files and the metadata API. */
+export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
+  let endpoint: Promise<string> | undefined;
+  return {
+    components({ signal }) {
+      return kubernetesCall(async () => {
+        const nodeVersion = await options.client.getCustomResource<
+          CustomResource<{ kubernetesComponentsReference?: string }>
+        >(
+          NODE_VERSION,
+          NODE_VERSION_NAME,
+          { signal },
+        );
+        const configMapName = nodeVersion.spec?.kubernetesComponentsReference;
+        if (!configMapName) {
+          throw new ConnectError("kubernetesComponentsReference not found in node version", Code.Internal);
+        }
+        const configMap = await options.client.getConfigMap(SYSTEM_NAMESPACE, configMapName, { signal });
+        try {
+          return { configMapName, components: parseComponents(configMap.data?.components ?? "") };
+        } catch (e) {
+          throw new ConnectError(
+            `components ConfigMap ${configMapName}: ${(e as Error).message}`,
+            Code.Internal,
+          );
+        }
+      });
+    },
+
+    async discoveryTokenCaCertHash() {
+      const path = `${options.kubernetesDir}/admin.conf`;
+      try {
+        const [first] = selectDiscoveryCluster(parseKubeconfig(await Deno.readTextFile(path)));
+        return await discoveryTokenCaCertHash(first, path);
+      } catch (e) {
+        throw new ConnectError(`${path}: ${(e as Error).message}`, Code.Internal);
+      }
+    },
+
+    apiServerEndpoint({ signal }) {
+      if ("fixed" in options.endpoint) return Promise.resolve(options.endpoint.fixed);
+      endpoint ??= endpointFromMetadata(options.endpoint.metadataUrl, signal).catch((e) => {
+        endpoint = undefined;
+        throw e;
+      });
+      return endpoint;
+    },
+
+    async controlPlaneFiles({ signal }) {
+      try {
+        return await loadControlPlaneFiles({ pkiDir: `${options.kubernetesDir}/pki`, signal });
+      } catch (e) {
+        throw new ConnectError((e as Error).message, Code.Internal);
+      }
+    },
+  };
+}
+
+/** "<VPCIP>:6443" from a QEMU-style metadata API's GET /self. */
+async function endpointFromMetadata(metadataUrl: string, signal?: AbortSignal): Promise<string> {
+  const url = new URL("/self", metadataUrl);
+  let response: Response;
+  try {
+    response = await fetch(url, {
+      signal: AbortSignal.any([AbortSignal.timeout(10_000), ...(signal ? [signal] : [])]),
+    });
+  } catch (e) {
+    throw new ConnectError(`metadata API ${url} unavailable: ${(e as Error).message}`, Code.Unavailable);
+  }
+  if (!response.ok) {
+    await response.body?.cancel();
+    throw new ConnectError(`metadata API ${url} answered ${response.status}`, Code.Unavailable);
+  }
+  const self = await response.json().catch(() => undefined) as { VPCIP?: unknown } | undefined;
+  if (typeof self?.VPCIP !== "string" || self.VPCIP === "") {
+    throw new ConnectError(`metadata API ${url} returned no VPCIP`, Code.Internal);
+  }
+  return self.VPCIP.includes(":") ? `[${self.VPCIP}]:6443` : `${self.VPCIP}:6443`;
+}
+
+/** Bootstrap tokens as kubeadm Secrets in kube-system. */
+export function bootstrapTokens(options: { client: KubernetesClient; clock: Clock }): BootstrapTokens {
+  return {
+    create({ signal }) {
+      return kubernetesCall(async () => {
+        const created = await createBootstrapToken({
+          secrets: { create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o) },
+          clock: options.clock,
+          signal,
+        });
+        return { token: created.token, tokenId: created.id };
+      });
+    },
+    delete(tokenId, { signal }) {
+      return kubernetesCall(() =>
+        options.client.deleteSecret(SYSTEM_NAMESPACE, `bootstrap-token-${tokenId}`, { signal })
+      );
+    },
+  };
+}
+
+/**
+ * JoiningNode records: workers by server-side apply under their own name,
+ * control planes as the single "control-plane" object (so control planes
+ * join one at a time). A control-plane record whose deadline has passed is
+ * stale (its node never finished) and is replaced.
+ */
+export function joiningNodes(
+  options: { client: KubernetesClient; clock: Clock; logger: Logger },
+): JoiningNodes {
+  const { client, clock } = options;
+  return {
+    record(node, { signal }) {
+      return kubernetesCall(async () => {
+        const deadline = (ms: number) => new Date(clock.now() + ms).toISOString().replace(/\.\d{3}Z$/, "Z");
+        const object = (name: string, ms: number) => ({
+          kind: "JoiningNode",
+          metadata: { name },
+          spec: {
+            name: node.name,
+            componentsreference: node.componentsReference,
+            iscontrolplane: node.isControlPlane,
+            deadline: deadline(ms),
+          },
+        });
+        if (!node.isControlPlane) {
+          await client.applyCustomResource(JOINING_NODE, object(node.name, JOINING_NODE_DEADLINE_MS.worker), {
+            fieldManager: "join-service",
+            signal,
+          });
+          return;
+        }
+        const record = object(CONTROL_PLANE_JOINING_NODE, JOINING_NODE_DEADLINE_MS.controlPlane);
+        try {
+          await client.createCustomResource(JOINING_NODE, record, { signal });
+        } catch (e) {
+          if (!(e instanceof KubernetesError && e.reason === "AlreadyExists")) throw e;
+          const existing = await client.getCustomResource<
+            CustomResource<{ name?: string; deadline?: string }>
+          >(
+            JOINING_NODE,
+            CONTROL_PLANE_JOINING_NODE,
+            { signal },
+          );
+          const until = Date.parse(existing.spec?.deadline ?? "");
+          if (until > clock.now()) {
+            throw new ConnectError(
+              `control-plane node ${
+                JSON.stringify(existing.spec?.name ?? "")
+              } is joining until ${existing.spec?.deadline}; control planes join one at a time, retry later`,
+              Code.Unavailable,
+            );
+          }
+          options.logger.warn("replacing stale control-plane JoiningNode", { previous: existing.spec?.name });
+          await client.deleteCustomResource(JOINING_NODE, CONTROL_PLANE_JOINING_NODE, { signal });
+          await client.createCustomResource(JOINING_NODE, record, { signal });
+        }
+      });
+    },
+  };
+}
+
+/** SSH host certificates from the CA derived from the master secret (key ID "ca_emergency_ssh"). */
+export function sshHostCertifier(options: { keys: KeySource; clock: Clock }): SshHostCertifier {
+  let ca: Promise<SshCa> | undefined;
+  const getCa = (signal?: AbortSignal) => {
+    ca ??= options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, { signal }).then(
+      (seed) => SshCa.fromSeed(seed),
+      (e) => {
+        ca = undefined;
+        throw e;
+      },
+    );
+    return ca;
+  };
+  const encoder = new TextEncoder();
+  return {
+    async certify(hostPublicKey, principals, { signal }) {
+      const sshCa = await getCa(signal);
+      try {
+        const certificate = await sshCa.signHostCertificate(hostPublicKey, principals, {
+          clock: options.clock,
+        });
+        return {
+          hostCertificate: encoder.encode(certificate),
+          caPublicKey: encoder.encode(sshCa.authorizedCaPublicKey()),
+        };
+      } catch (e) {
+        if (e instanceof SshCaError) {
+          throw new ConnectError(`SSH host key: ${e.message}`, Code.InvalidArgument);
+        }
+        throw e;
+      }
+    },
+  };
+}

@@ -1,0 +1,74 @@
+/**
+ * The join service's side of the attested exchange: challenge nonces under a
+ * key all replicas share (derived from the master secret through the key
+ * service), verification against the validator in force, and sealing.
+ *
+ * The nonce key is fetched on first use and cached; while the key service is
+ * unreachable, challenges and verifications fail with Unavailable and the
+ * next call tries again, so the service recovers on its own.
+ *
+ * @module
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Validator } from "../attestation/attestation.ts";
+import { ChallengeNonces, NONCE_KEY_ID, NONCE_KEY_LENGTH } from "../atls/nonce.ts";
+import { ExchangeError, toConnectError } from "../atls/errors.ts";
+import { sealResponse, verifyAttestedRequest } from "../atls/verifier.ts";
+import type { Clock } from "../clock.ts";
+import type { AttestedExchange, KeySource, VerifiedRequest } from "./server.ts";
+
+/** Options for {@linkcode createAttestedExchange}. */
+export interface AttestedExchangeOptions {
+  /** Source of the nonce MAC key. */
+  keys: KeySource;
+  /** The validator in force (the attestation config watcher). */
+  validators: { current(): { validator: Validator } };
+  clock: Clock;
+  /** Nonce lifetime; default that of {@linkcode ChallengeNonces}. */
+  nonceLifetimeMs?: number;
+}
+
+/** Builds the {@linkcode AttestedExchange} the join service uses. */
+export function createAttestedExchange(options: AttestedExchangeOptions): AttestedExchange {
+  let nonces: Promise<ChallengeNonces> | undefined;
+  const getNonces = (signal?: AbortSignal): Promise<ChallengeNonces> => {
+    nonces ??= options.keys.getDataKey(NONCE_KEY_ID, NONCE_KEY_LENGTH, { signal }).then(
+      (key) => new ChallengeNonces({ key, clock: options.clock, lifetimeMs: options.nonceLifetimeMs }),
+      (e) => {
+        nonces = undefined; // try again on the next call
+        const cause = ConnectError.from(e);
+        throw new ConnectError(`getting nonce key from key service: ${cause.rawMessage}`, cause.code);
+      },
+    );
+    return nonces;
+  };
+
+  return {
+    async challenge({ signal }) {
+      return await (await getNonces(signal)).issue();
+    },
+
+    async verify({ attestation, purpose, requestDigest, signal }): Promise<VerifiedRequest> {
+      const challengeNonces = await getNonces(signal);
+      try {
+        const verified = await verifyAttestedRequest({
+          attestation,
+          purpose,
+          requestDigest,
+          validator: options.validators.current().validator,
+          nonces: challengeNonces,
+          signal,
+        });
+        return {
+          verification: verified.verification,
+          seal: (plaintext) => sealResponse({ verified, purpose, plaintext: new Uint8Array(plaintext) }),
+        };
+      } catch (e) {
+        const error = toConnectError(e);
+        if (e instanceof ExchangeError) Object.assign(error, { reason: e.reason });
+        else if (error.code === Code.Internal) Object.assign(error, { reason: "verifier-error" });
+        throw error;
+      }
+    },
+  };
+}

@@ -1,0 +1,167 @@
+/**
+ * The join service's command line.
+ *
+ * @module
+ */
+import { type LogLevel, parseLogLevel } from "../log/logger.ts";
+import { parseFlags, parsePort, parsePositive, UsageError } from "../flags/flags.ts";
+
+/** The join service's settings. */
+export interface JoinServiceFlags {
+  port: number;
+  listenAddress: string;
+  metricsPort: number;
+  metricsAddress: string;
+  /** "host:port" of the key service. */
+  keyServiceEndpoint: string;
+  attestationVariant: string;
+  /** Holds `attestationConfig` and `measurementSalt`. */
+  configDir: string;
+  /** Holds `admin.conf` and `pki/`. */
+  kubernetesDir: string;
+  /** "host:port" handed to nodes, or undefined to ask the metadata API. */
+  apiServerEndpoint?: string;
+  /** QEMU-style metadata API (GET /self) used when no endpoint is given. */
+  metadataUrl?: string;
+  /** Kubeconfig for the API server; undefined means the in-cluster service account. */
+  kubeconfig?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  /** Sustained tickets per second and burst, per peer and overall. */
+  ratePerPeer: number;
+  burstPerPeer: number;
+  rateGlobal: number;
+  burstGlobal: number;
+  /** Attestation verifications running at once, and waiting at most. */
+  verifyConcurrency: number;
+  verifyQueue: number;
+  nonceLifetimeMs: number;
+  logLevel: LogLevel;
+}
+
+/** Usage text for `--help`. */
+export const JOIN_SERVICE_USAGE =
+  `Usage: join-service --attestation-variant <variant> --key-service-endpoint <host:port> [flags]
+
+Verifies joining nodes' remote attestation and hands out their join tickets
+(join.API over TLS: gRPC, gRPC-Web and Connect on one port).
+
+Flags:
+  --attestation-variant <v>        qemu-vtpm or dummy (required; dummy is insecure, for development)
+  --key-service-endpoint <h:p>     key service, e.g. key-service.kube-system:9000 (required)
+  --api-server-endpoint <h:p>      API server endpoint handed to nodes, e.g. 10.0.0.1:6443
+  --metadata-url <url>             QEMU-style metadata API; the endpoint is <VPCIP of GET /self>:6443
+                                   (one of --api-server-endpoint and --metadata-url is required)
+  --kubeconfig <file>              kubeconfig for the API server (default: in-cluster service account)
+  --config-dir <dir>               attestationConfig and measurementSalt (default /var/config)
+  --kubernetes-dir <dir>           admin.conf and pki/ (default /etc/kubernetes)
+  --port <port>                    join.API port (default 9090)
+  --listen-address <addr>          address to bind (default 0.0.0.0)
+  --metrics-port <port>            Prometheus /metrics and /healthz port (default 9091)
+  --metrics-address <addr>         address for metrics (default 0.0.0.0)
+  --tls-cert <file>, --tls-key <file>
+                                   serving certificate (default: self-signed, generated at start)
+  --rate-per-peer <n>, --burst-per-peer <n>
+                                   tickets per second per peer address (default 2, burst 10)
+  --rate-global <n>, --burst-global <n>
+                                   tickets per second overall (default 200, burst 400)
+  --verify-concurrency <n>         attestation verifications at once (default 16)
+  --verify-queue <n>               verifications waiting at most (default 512)
+  --nonce-lifetime <seconds>       how long a challenge stays valid (default 120)
+  --log-level <level>              debug, info, warn or error (default info)
+  --help                           show this help
+`;
+
+/**
+ * Parses the command line. Returns "help" when `--help` is given.
+ *
+ * @throws {UsageError} for a bad command line.
+ */
+export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help" {
+  const values = parseFlags(args, {
+    "attestation-variant": { type: "string" },
+    "key-service-endpoint": { type: "string" },
+    "api-server-endpoint": { type: "string" },
+    "metadata-url": { type: "string" },
+    kubeconfig: { type: "string" },
+    "config-dir": { type: "string", default: "/var/config" },
+    "kubernetes-dir": { type: "string", default: "/etc/kubernetes" },
+    port: { type: "string", default: "9090" },
+    "listen-address": { type: "string", default: "0.0.0.0" },
+    "metrics-port": { type: "string", default: "9091" },
+    "metrics-address": { type: "string", default: "0.0.0.0" },
+    "tls-cert": { type: "string" },
+    "tls-key": { type: "string" },
+    "rate-per-peer": { type: "string", default: "2" },
+    "burst-per-peer": { type: "string", default: "10" },
+    "rate-global": { type: "string", default: "200" },
+    "burst-global": { type: "string", default: "400" },
+    "verify-concurrency": { type: "string", default: "16" },
+    "verify-queue": { type: "string", default: "512" },
+    "nonce-lifetime": { type: "string", default: "120" },
+    "log-level": { type: "string", default: "info" },
+    help: { type: "boolean", default: false },
+  }, "join service");
+  if (values.help) return "help";
+
+  const variant = values["attestation-variant"];
+  if (!variant) {
+    throw new UsageError("--attestation-variant is required (qemu-vtpm, or dummy for development)");
+  }
+  const keyService = values["key-service-endpoint"];
+  if (!keyService) {
+    throw new UsageError("--key-service-endpoint is required, e.g. key-service.kube-system:9000");
+  }
+  const endpoint = values["api-server-endpoint"];
+  const metadataUrl = values["metadata-url"];
+  if (!endpoint && !metadataUrl) {
+    throw new UsageError("one of --api-server-endpoint and --metadata-url is required");
+  }
+  if (endpoint && metadataUrl) {
+    throw new UsageError("give only one of --api-server-endpoint and --metadata-url");
+  }
+  if (endpoint && !/^[^\s/]+:\d{1,5}$/.test(endpoint)) {
+    throw new UsageError(`invalid --api-server-endpoint "${endpoint}": want host:port`);
+  }
+  if (metadataUrl && !URL.canParse(metadataUrl)) {
+    throw new UsageError(`invalid --metadata-url "${metadataUrl}"`);
+  }
+  if (!values["tls-cert"] !== !values["tls-key"]) {
+    throw new UsageError("--tls-cert and --tls-key go together");
+  }
+
+  let logLevel: LogLevel;
+  try {
+    logLevel = parseLogLevel(values["log-level"]);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const whole = (flag: string, value: string) => {
+    const n = parsePositive(value, flag);
+    if (!Number.isInteger(n)) throw new UsageError(`invalid ${flag} "${value}": want a whole number`);
+    return n;
+  };
+  return {
+    port: parsePort(values.port),
+    listenAddress: values["listen-address"],
+    metricsPort: parsePort(values["metrics-port"], "--metrics-port"),
+    metricsAddress: values["metrics-address"],
+    keyServiceEndpoint: keyService,
+    attestationVariant: variant,
+    configDir: values["config-dir"],
+    kubernetesDir: values["kubernetes-dir"],
+    apiServerEndpoint: endpoint,
+    metadataUrl,
+    kubeconfig: values.kubeconfig,
+    tlsCert: values["tls-cert"],
+    tlsKey: values["tls-key"],
+    ratePerPeer: parsePositive(values["rate-per-peer"], "--rate-per-peer"),
+    burstPerPeer: whole("--burst-per-peer", values["burst-per-peer"]),
+    rateGlobal: parsePositive(values["rate-global"], "--rate-global"),
+    burstGlobal: whole("--burst-global", values["burst-global"]),
+    verifyConcurrency: whole("--verify-concurrency", values["verify-concurrency"]),
+    verifyQueue: whole("--verify-queue", values["verify-queue"]),
+    nonceLifetimeMs: parsePositive(values["nonce-lifetime"], "--nonce-lifetime") * 1000,
+    logLevel,
+  };
+}

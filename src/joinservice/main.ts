@@ -1,0 +1,219 @@
+/**
+ * The join service: verifies joining nodes' remote attestation and hands out
+ * their join tickets (`join.API` over TLS; gRPC, gRPC-Web and Connect on one
+ * port), with Prometheus metrics and `/healthz` on a second port.
+ *
+ * Startup checks every input before listening, and a missing or malformed
+ * one ends the process with status 1 and one log line naming it: the
+ * attestation config (`<config-dir>/attestationConfig`, reloaded on change
+ * afterwards), the measurement salt (`<config-dir>/measurementSalt`), the
+ * kubeconfig (or in-cluster service account), `<kubernetes-dir>/admin.conf`
+ * and the cluster CA in `<kubernetes-dir>/pki/`. A bad command line ends it
+ * with status 2. The key service need not be up at start: calls that need it
+ * fail with Unavailable until it is, and the service recovers by itself.
+ * SIGTERM or SIGINT stops accepting connections, lets calls in flight
+ * finish, and exits 0.
+ *
+ * Permissions: the `join-service` permission set of deno.json (read
+ * `/var/config`, `/etc/kubernetes` and the service-account directory; net;
+ * the in-cluster environment variables). Moving the inputs elsewhere needs
+ * an `--allow-read=<paths>` override naming all of them:
+ *
+ * ```sh
+ * deno task join-service --attestation-variant qemu-vtpm \
+ *   --key-service-endpoint key-service.kube-system:9000 --api-server-endpoint 10.0.0.1:6443
+ * ```
+ *
+ * @module
+ */
+import { knownVariants } from "../attestation/registry.ts";
+import { AttestationConfigWatcher } from "../attestation/watcher.ts";
+import { systemClock } from "../clock.ts";
+import { UsageError } from "../flags/flags.ts";
+import { createKeyServiceClient } from "../keyservice/client.ts";
+import { KubernetesClient } from "../kubernetes/client.ts";
+import { inClusterConfig } from "../kubernetes/in_cluster.ts";
+import { loadKubeconfig } from "../kubernetes/kubeconfig.ts";
+import { WorkPool } from "../limits/pool.ts";
+import { RateLimiter } from "../limits/ratelimiter.ts";
+import { createLogger, type Logger } from "../log/logger.ts";
+import { MetricsRegistry, serveMetrics } from "../metrics/registry.ts";
+import { serveRpc } from "../rpc/server.ts";
+import { terminationSignal } from "../rpc/signals.ts";
+import { readSecretFile } from "../secrets/secret_file.ts";
+import { createSelfSignedCertificate } from "../x509/selfsigned.ts";
+import { API } from "../gen/join/join_pb.ts";
+import {
+  bootstrapTokens,
+  clusterInfo,
+  joiningNodes,
+  kubeletSigner,
+  sshHostCertifier,
+} from "./dependencies.ts";
+import { createAttestedExchange } from "./exchange.ts";
+import { JOIN_SERVICE_USAGE, type JoinServiceFlags, parseJoinServiceFlags } from "./flags.ts";
+import { createJoinService, type JoinServiceMetrics } from "./server.ts";
+
+const EXIT_USAGE = 2;
+const EXIT_FAILURE = 1;
+/** Largest request message accepted: evidence (64 KiB cap) plus a CSR fit comfortably. */
+const READ_MAX_BYTES = 256 * 1024;
+/** Fewest bytes of measurement salt accepted. */
+const MEASUREMENT_SALT_MIN_LENGTH = 32;
+
+const encoder = new TextEncoder();
+
+/** Runs the join service with command-line `args`; resolves to the exit status. */
+export async function main(args: string[]): Promise<number> {
+  let flags;
+  try {
+    flags = parseJoinServiceFlags(args);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    Deno.stderr.writeSync(encoder.encode(`join-service: ${err.message} (see --help)\n`));
+    return EXIT_USAGE;
+  }
+  if (flags === "help") {
+    Deno.stdout.writeSync(encoder.encode(JOIN_SERVICE_USAGE));
+    return 0;
+  }
+
+  const logger = createLogger({ level: flags.logLevel, fields: { component: "join-service" } });
+  const stopSignal = terminationSignal();
+  let running: Running;
+  try {
+    running = await start(flags, logger);
+  } catch (err) {
+    logger.error(`cannot start: ${(err as Error).message.split("\n")[0]}`);
+    return EXIT_FAILURE;
+  }
+  logger.info("listening", {
+    address: flags.listenAddress,
+    port: running.port,
+    metricsPort: running.metricsPort,
+    variant: flags.attestationVariant,
+  });
+
+  const signal = await stopSignal;
+  logger.info("shutting down", { signal });
+  await running.stop();
+  logger.info("stopped");
+  return 0;
+}
+
+interface Running {
+  port: number;
+  metricsPort: number;
+  stop(): Promise<void>;
+}
+
+/** Checks every input, wires the service and starts listening. */
+async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> {
+  if (!knownVariants().includes(flags.attestationVariant)) {
+    throw new Error(
+      `unknown attestation variant "${flags.attestationVariant}"; known: ${knownVariants().join(", ")}`,
+    );
+  }
+  const clock = systemClock;
+  const measurementSalt = await readSecretFile(`${flags.configDir}/measurementSalt`, {
+    description: "measurement salt",
+    minLength: MEASUREMENT_SALT_MIN_LENGTH,
+  });
+  const connection = flags.kubeconfig ? await loadKubeconfig(flags.kubeconfig) : await inClusterConfig();
+  const client = new KubernetesClient(connection, { logger });
+  const kubeletCa = kubeletSigner({ pkiDir: `${flags.kubernetesDir}/pki`, clock });
+  const cluster = clusterInfo({
+    client,
+    kubernetesDir: flags.kubernetesDir,
+    endpoint: flags.apiServerEndpoint
+      ? { fixed: flags.apiServerEndpoint }
+      : { metadataUrl: flags.metadataUrl! },
+  });
+  // Fail at start, not on the first node, when the control plane's files are unusable.
+  await cluster.discoveryTokenCaCertHash({});
+  await kubeletCa.checkCa();
+
+  const keys = createKeyServiceClient({ endpoint: flags.keyServiceEndpoint });
+  const watcher = await AttestationConfigWatcher.start({
+    path: `${flags.configDir}/attestationConfig`,
+    variant: flags.attestationVariant,
+    logger,
+  });
+
+  const registry = new MetricsRegistry();
+  const metrics: JoinServiceMetrics = {
+    decisions: registry.counter(
+      "join_ticket_decisions_total",
+      "Ticket decisions by method, outcome and reason.",
+    ),
+    verificationSeconds: registry.histogram(
+      "join_attestation_verification_seconds",
+      "Attested-request verification latency by variant.",
+    ),
+    keyServiceSeconds: registry.histogram(
+      "join_key_service_seconds",
+      "Key service call latency by operation.",
+    ),
+    apiServerSeconds: registry.histogram("join_api_server_seconds", "API server call latency by operation."),
+  };
+
+  const service = createJoinService({
+    exchange: createAttestedExchange({
+      keys,
+      validators: watcher,
+      clock,
+      nonceLifetimeMs: flags.nonceLifetimeMs,
+    }),
+    attestation: watcher,
+    keys,
+    kubeletSigner: kubeletCa,
+    cluster,
+    tokens: bootstrapTokens({ client, clock }),
+    joiningNodes: joiningNodes({ client, clock, logger }),
+    ssh: sshHostCertifier({ keys, clock }),
+    measurementSalt,
+    rateLimiter: new RateLimiter({
+      perPeer: { perSecond: flags.ratePerPeer, burst: flags.burstPerPeer },
+      global: { perSecond: flags.rateGlobal, burst: flags.burstGlobal },
+      clock,
+    }),
+    verifierPool: new WorkPool({ concurrency: flags.verifyConcurrency, maxQueued: flags.verifyQueue }),
+    metrics,
+    audit: logger.with({ log: "audit" }),
+    logger,
+    clock,
+  });
+
+  const tls = flags.tlsCert
+    ? { cert: await Deno.readTextFile(flags.tlsCert), key: await Deno.readTextFile(flags.tlsKey!) }
+    : await createSelfSignedCertificate({ commonName: "join-service", dnsNames: ["localhost"] });
+  const metricsServer = await serveMetrics(registry, {
+    hostname: flags.metricsAddress,
+    port: flags.metricsPort,
+  });
+  const server = await serveRpc({
+    routes: (router) => router.service(API, service),
+    hostname: flags.listenAddress,
+    port: flags.port,
+    tls,
+    readMaxBytes: READ_MAX_BYTES,
+    httpHandler: (req, res) => {
+      if (req.method !== "GET" || req.url !== "/healthz") return false;
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.end("ok\n");
+      return true;
+    },
+  });
+  return {
+    port: server.address.port,
+    metricsPort: metricsServer.port,
+    async stop() {
+      await server.shutdown();
+      await metricsServer.close();
+      await watcher.close();
+      client.close();
+    },
+  };
+}
+
+if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -1,0 +1,289 @@
+import assert from "node:assert/strict";
+import {
+  AttestationConfigError,
+  type AttestationConfigFailure,
+  diffAkTrust,
+  parseAttestationConfig,
+  readConfigText,
+} from "../../src/attestation/config.ts";
+import { marshalMeasurements } from "../../src/attestation/measurements.ts";
+
+const A32 = "aa".repeat(32);
+const KEY1 = "11".repeat(32);
+const KEY2 = "22".repeat(32);
+const MEASUREMENTS = { "4": { expected: A32, warnOnly: false }, "9": { expected: A32, warnOnly: true } };
+
+function qemu(extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ variant: "qemu-vtpm", measurements: MEASUREMENTS, ...extra });
+}
+
+function assertConfigError(
+  text: string,
+  variant: string,
+  code: AttestationConfigFailure,
+  message: string | RegExp,
+): void {
+  assert.throws(
+    () => parseAttestationConfig(text, { variant }),
+    (error: unknown) => {
+      assert.ok(error instanceof AttestationConfigError);
+      assert.equal(error.code, code);
+      if (typeof message === "string") assert.equal(error.message, message);
+      else assert.match(error.message, message);
+      return true;
+    },
+  );
+}
+
+Deno.test("a dummy config needs no measurements and no AK trust", () => {
+  const config = parseAttestationConfig('{"variant":"dummy"}', { variant: "dummy" });
+  assert.equal(config.variant, "dummy");
+  assert.equal(config.measurements.size, 0);
+  assert.deepEqual(config.akTrust, { kind: "any" });
+  // Measurements are parsed (and checked) when present, and an akTrust is shape-checked but unused.
+  const withAll = parseAttestationConfig(
+    JSON.stringify({ variant: "dummy", measurements: MEASUREMENTS, akTrust: { allowedKeyDigests: [KEY1] } }),
+    { variant: "dummy" },
+  );
+  assert.equal(withAll.measurements.size, 2);
+  assert.deepEqual(withAll.akTrust, { kind: "any" });
+});
+
+Deno.test("a qemu-vtpm config with an AK allow-list", () => {
+  const config = parseAttestationConfig(
+    qemu({ akTrust: { allowedKeyDigests: [KEY1, KEY2.toUpperCase()] } }),
+    {
+      variant: "qemu-vtpm",
+    },
+  );
+  assert.equal(config.variant, "qemu-vtpm");
+  assert.equal(marshalMeasurements(config.measurements), JSON.stringify(MEASUREMENTS));
+  assert.equal(config.akTrust.kind, "allow-list");
+  assert.ok(config.akTrust.kind === "allow-list");
+  assert.deepEqual([...config.akTrust.keyDigests].sort(), [KEY1, KEY2]);
+});
+
+Deno.test("a qemu-vtpm config that trusts any key explicitly", () => {
+  const config = parseAttestationConfig(qemu({ akTrust: { trustAnyKey: true } }), { variant: "qemu-vtpm" });
+  assert.deepEqual(config.akTrust, { kind: "any" });
+});
+
+Deno.test("invalid attestation configs are rejected with errors naming the field", async (t) => {
+  const hint =
+    'list the trusted attestation key digests ({"akTrust": {"allowedKeyDigests": ["<64 hex>", ...]}}) or set {"akTrust": {"trustAnyKey": true}} explicitly';
+  const cases: [string, string, string, AttestationConfigFailure, string | RegExp][] = [
+    [
+      "invalid JSON, with its position",
+      '{"variant": "qemu-vtpm",, }',
+      "qemu-vtpm",
+      "invalid-json",
+      /^attestation config: invalid JSON: .*position 24 \(line 1 column 25\)/,
+    ],
+    [
+      "empty file",
+      "",
+      "qemu-vtpm",
+      "invalid-json",
+      "attestation config: invalid JSON: Unexpected end of JSON input",
+    ],
+    [
+      "not an object",
+      "[]",
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: want a JSON object, got array",
+    ],
+    [
+      "unknown top-level field",
+      qemu({ akTrust: { trustAnyKey: true }, measurement: {} }),
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: unknown field "measurement" (known: variant, measurements, akTrust)',
+    ],
+    [
+      "missing variant",
+      JSON.stringify({ measurements: MEASUREMENTS }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: variant is missing (known: dummy, qemu-vtpm)",
+    ],
+    [
+      "variant of the wrong type",
+      JSON.stringify({ variant: 5 }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: variant must be a string, got number",
+    ],
+    [
+      "unknown variant",
+      JSON.stringify({ variant: "qemu-tdx" }),
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: unknown attestation variant "qemu-tdx"; known: dummy, qemu-vtpm',
+    ],
+    [
+      "variant differs from the service's",
+      '{"variant":"dummy"}',
+      "qemu-vtpm",
+      "variant-mismatch",
+      'attestation config: the config is for attestation variant "dummy" but this service runs "qemu-vtpm"; the variant is fixed at start and never changes at runtime',
+    ],
+    [
+      "missing akTrust",
+      qemu(),
+      "qemu-vtpm",
+      "invalid-config",
+      `attestation config: akTrust is missing: ${hint}`,
+    ],
+    [
+      "empty akTrust",
+      qemu({ akTrust: {} }),
+      "qemu-vtpm",
+      "invalid-config",
+      `attestation config: akTrust is empty: ${hint}`,
+    ],
+    [
+      "empty allow-list",
+      qemu({ akTrust: { allowedKeyDigests: [] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      `attestation config: akTrust: allowedKeyDigests is empty: ${hint}`,
+    ],
+    [
+      "trustAnyKey false",
+      qemu({ akTrust: { trustAnyKey: false } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: trustAnyKey must be true when present, got false; to restrict the keys, list them in allowedKeyDigests",
+    ],
+    [
+      "both trust modes",
+      qemu({ akTrust: { trustAnyKey: true, allowedKeyDigests: [KEY1] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: set either allowedKeyDigests or trustAnyKey, not both",
+    ],
+    [
+      "unknown akTrust field",
+      qemu({ akTrust: { allowedKeys: [KEY1] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: akTrust: unknown field "allowedKeys" (known: allowedKeyDigests, trustAnyKey)',
+    ],
+    [
+      "akTrust of the wrong type",
+      qemu({ akTrust: true }),
+      "qemu-vtpm",
+      "invalid-config",
+      `attestation config: akTrust must be an object, got boolean; ${hint}`,
+    ],
+    [
+      "allow-list of the wrong type",
+      qemu({ akTrust: { allowedKeyDigests: KEY1 } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: allowedKeyDigests must be an array, got string",
+    ],
+    [
+      "short key digest",
+      qemu({ akTrust: { allowedKeyDigests: [KEY1, "abcd"] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: allowedKeyDigests[1] must be 64 hex digits (a SHA-256 digest), got 4 characters",
+    ],
+    [
+      "key digest not a string",
+      qemu({ akTrust: { allowedKeyDigests: [1] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: allowedKeyDigests[0] must be 64 hex digits (a SHA-256 digest), got number",
+    ],
+    [
+      "duplicate key digest",
+      qemu({ akTrust: { allowedKeyDigests: [KEY1, KEY1.toUpperCase()] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: allowedKeyDigests[1] is listed twice",
+    ],
+    [
+      "missing measurements",
+      JSON.stringify({ variant: "qemu-vtpm", akTrust: { trustAnyKey: true } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: measurements are missing: a qemu-vtpm config must list the expected measurements",
+    ],
+    [
+      "empty measurements",
+      JSON.stringify({ variant: "qemu-vtpm", measurements: {}, akTrust: { trustAnyKey: true } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: measurements are empty: a qemu-vtpm config must list at least one expected measurement",
+    ],
+    [
+      "invalid measurement",
+      JSON.stringify({ variant: "dummy", measurements: { "4": { expected: "aa".repeat(31) } } }),
+      "dummy",
+      "invalid-config",
+      'attestation config: measurement "4": expected must be hex of 32 or 48 bytes, got 31 bytes',
+    ],
+  ];
+  for (const [name, text, variant, code, message] of cases) {
+    await t.step(name, () => assertConfigError(text, variant, code, message));
+  }
+});
+
+Deno.test("the source of a config names it in errors", () => {
+  assert.throws(
+    () => parseAttestationConfig("{}", { variant: "dummy", source: "attestation config /var/config/x" }),
+    { message: "attestation config /var/config/x: variant is missing (known: dummy, qemu-vtpm)" },
+  );
+});
+
+Deno.test("readConfigText reads text and reports unreadable and non-UTF-8 files", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "attestation-config-" });
+  try {
+    await Deno.writeTextFile(`${dir}/config`, '{"variant":"dummy"}');
+    assert.equal(await readConfigText(`${dir}/config`), '{"variant":"dummy"}');
+
+    await assert.rejects(readConfigText(`${dir}/missing`), (error: unknown) => {
+      assert.ok(error instanceof AttestationConfigError);
+      assert.equal(error.code, "unreadable");
+      assert.match(error.message, new RegExp(`^cannot read attestation config ${dir}/missing: No such file`));
+      return true;
+    });
+
+    await Deno.writeFile(`${dir}/binary`, new Uint8Array([0x7b, 0xff, 0x7d]));
+    await assert.rejects(readConfigText(`${dir}/binary`), (error: unknown) => {
+      assert.ok(error instanceof AttestationConfigError);
+      assert.equal(error.code, "invalid-json");
+      assert.equal(error.message, `attestation config ${dir}/binary: not UTF-8 text`);
+      return true;
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("diffAkTrust reports mode changes and added and removed keys", () => {
+  const list = (...keys: string[]) => ({ kind: "allow-list" as const, keyDigests: new Set(keys) });
+  assert.equal(diffAkTrust(list(KEY1), list(KEY1)), undefined);
+  assert.equal(diffAkTrust({ kind: "any" }, { kind: "any" }), undefined);
+  assert.deepEqual(diffAkTrust(list(KEY1), list(KEY2)), {
+    from: "allow-list",
+    to: "allow-list",
+    addedKeys: [KEY2],
+    removedKeys: [KEY1],
+  });
+  assert.deepEqual(diffAkTrust(list(KEY1), { kind: "any" }), {
+    from: "allow-list",
+    to: "any",
+    addedKeys: [],
+    removedKeys: [],
+  });
+  assert.deepEqual(diffAkTrust({ kind: "any" }, list(KEY1)), {
+    from: "any",
+    to: "allow-list",
+    addedKeys: [],
+    removedKeys: [],
+  });
+});
