@@ -34,6 +34,7 @@ export interface Component {
 /** Every component, built in this order. */
 export const COMPONENTS: readonly Component[] = [
   { name: "key-service", entry: "src/keyservice/main.ts", permissionSet: "key-service" },
+  { name: "join-service", entry: "src/joinservice/main.ts", permissionSet: "join-service" },
 ];
 
 /** A deno.json permission value: all, none, a list, or allow/deny/ignore lists. */

@@ -13,6 +13,7 @@ import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/ke
 
 const CONFIG_DIR = "/var/config";
 const LAUNCHER = `${REPO_ROOT}dist/key-service`;
+const JOIN_SERVICE_LAUNCHER = `${REPO_ROOT}dist/join-service`;
 /** The pinned Deno the launcher runs. */
 const LAUNCHER_ENV = { DENO: `${REPO_ROOT}node_modules/.bin/deno` };
 const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
@@ -86,13 +87,14 @@ Deno.test("launcherScript() quotes every flag for the shell", () => {
   );
 });
 
-Deno.test("the built key service runs under exactly its permission set", async (t) => {
+Deno.test("the built services run under exactly their permission sets", async (t) => {
   const build = await runToExit("deno", ["run", "-P=build", "--no-prompt", "scripts/build.ts"], {
     cwd: REPO_ROOT,
     timeoutMs: 120_000,
   });
   assert.equal(build.code, 0, build.stderrLines.join("\n"));
   assert.match(build.stdoutLines.join("\n"), /^built dist\/key-service\.js \(\d+ KiB, deno bundle\)$/m);
+  assert.match(build.stdoutLines.join("\n"), /^built dist\/join-service\.js \(\d+ KiB, deno bundle\)$/m);
   const launcher = await Deno.readTextFile(LAUNCHER);
   assert.ok(
     launcher.includes("--allow-read=/var/config '--allow-net=0.0.0.0,127.0.0.1,localhost,[::],[::1]'"),
@@ -162,6 +164,24 @@ Deno.test("the built key service runs under exactly its permission set", async (
         JSON.parse(result.stderrLines[0]).msg,
         /listen address 192\.0\.2\.1 is outside this process's net permissions/,
       );
+    });
+
+    await t.step("the join service cannot read its inputs outside its permissions", async () => {
+      const result = await runToExit(JOIN_SERVICE_LAUNCHER, [
+        "--attestation-variant",
+        "qemu-vtpm",
+        "--key-service-endpoint",
+        "127.0.0.1:9000",
+        "--api-server-endpoint",
+        "10.0.0.1:6443",
+        "--config-dir",
+        outside.dir,
+      ], { env: LAUNCHER_ENV, cwd: "/" });
+      assert.equal(result.code, 1);
+      assert.equal(result.stderrLines.length, 1, result.stderrLines.join("\n"));
+      const { msg } = JSON.parse(result.stderrLines[0]);
+      assert.ok(msg.includes(`${outside.dir}/measurementSalt`), msg);
+      assert.match(msg, /outside this process's read permissions/);
     });
   } finally {
     await Deno.remove(inside.dir, { recursive: true });
