@@ -69,3 +69,31 @@ function describeParseError(err: unknown, component: string): string {
       return message ?? String(err);
   }
 }
+
+/** Exit status of a bad command line. */
+export const EXIT_USAGE = 2;
+
+/**
+ * Runs a component's flag parser: returns its flags, or the exit status
+ * after printing the usage (`--help`, status 0) or a one-line error
+ * (status {@linkcode EXIT_USAGE}).
+ */
+export function commandLine<T>(
+  args: string[],
+  options: { component: string; usage: string; parse: (args: string[]) => T | "help" },
+): T | number {
+  const encoder = new TextEncoder();
+  let flags;
+  try {
+    flags = options.parse(args);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    Deno.stderr.writeSync(encoder.encode(`${options.component}: ${err.message} (see --help)\n`));
+    return EXIT_USAGE;
+  }
+  if (flags === "help") {
+    Deno.stdout.writeSync(encoder.encode(options.usage));
+    return 0;
+  }
+  return flags;
+}

@@ -29,7 +29,7 @@
 import { knownVariants } from "../attestation/registry.ts";
 import { AttestationConfigWatcher } from "../attestation/watcher.ts";
 import { systemClock } from "../clock.ts";
-import { UsageError } from "../flags/flags.ts";
+import { commandLine } from "../flags/flags.ts";
 import { createKeyServiceClient } from "../keyservice/client.ts";
 import { KubernetesClient } from "../kubernetes/client.ts";
 import { inClusterConfig } from "../kubernetes/in_cluster.ts";
@@ -54,29 +54,20 @@ import { createAttestedExchange } from "./exchange.ts";
 import { JOIN_SERVICE_USAGE, type JoinServiceFlags, parseJoinServiceFlags } from "./flags.ts";
 import { createJoinService, type JoinServiceMetrics } from "./server.ts";
 
-const EXIT_USAGE = 2;
 const EXIT_FAILURE = 1;
 /** Largest request message accepted: evidence (64 KiB cap) plus a CSR fit comfortably. */
 const READ_MAX_BYTES = 256 * 1024;
 /** Fewest bytes of measurement salt accepted. */
 const MEASUREMENT_SALT_MIN_LENGTH = 32;
 
-const encoder = new TextEncoder();
-
 /** Runs the join service with command-line `args`; resolves to the exit status. */
 export async function main(args: string[]): Promise<number> {
-  let flags;
-  try {
-    flags = parseJoinServiceFlags(args);
-  } catch (err) {
-    if (!(err instanceof UsageError)) throw err;
-    Deno.stderr.writeSync(encoder.encode(`join-service: ${err.message} (see --help)\n`));
-    return EXIT_USAGE;
-  }
-  if (flags === "help") {
-    Deno.stdout.writeSync(encoder.encode(JOIN_SERVICE_USAGE));
-    return 0;
-  }
+  const flags = commandLine(args, {
+    component: "join-service",
+    usage: JOIN_SERVICE_USAGE,
+    parse: parseJoinServiceFlags,
+  });
+  if (typeof flags === "number") return flags;
 
   const logger = createLogger({ level: flags.logLevel, fields: { component: "join-service" } });
   const stopSignal = terminationSignal();

@@ -6,8 +6,6 @@
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
 import { parseFlags, parsePort, UsageError } from "../flags/flags.ts";
 
-export { UsageError };
-
 /** The key service's settings. */
 export interface KeyServiceFlags {
   /** Port to listen on; 0 picks a free one. */

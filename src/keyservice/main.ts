@@ -36,31 +36,22 @@ import { MASTER_SALT_MIN_LENGTH, MASTER_SECRET_MIN_LENGTH } from "../kms/keys.ts
 import { createLogger } from "../log/logger.ts";
 import { serveRpc } from "../rpc/server.ts";
 import { terminationSignal } from "../rpc/signals.ts";
-import { KEY_SERVICE_USAGE, parseKeyServiceFlags, UsageError } from "./flags.ts";
+import { commandLine } from "../flags/flags.ts";
+import { KEY_SERVICE_USAGE, parseKeyServiceFlags } from "./flags.ts";
 import { readSecretFile } from "../secrets/secret_file.ts";
 import { keyServiceRoutes } from "./server.ts";
 
-/** Exit status of a bad command line. */
-const EXIT_USAGE = 2;
 /** Exit status of a startup failure. */
 const EXIT_FAILURE = 1;
 
-const encoder = new TextEncoder();
-
 /** Runs the key service with command-line `args`; resolves to the exit status. */
 export async function main(args: string[]): Promise<number> {
-  let flags;
-  try {
-    flags = parseKeyServiceFlags(args);
-  } catch (err) {
-    if (!(err instanceof UsageError)) throw err;
-    Deno.stderr.writeSync(encoder.encode(`key-service: ${err.message} (see --help)\n`));
-    return EXIT_USAGE;
-  }
-  if (flags === "help") {
-    Deno.stdout.writeSync(encoder.encode(KEY_SERVICE_USAGE));
-    return 0;
-  }
+  const flags = commandLine(args, {
+    component: "key-service",
+    usage: KEY_SERVICE_USAGE,
+    parse: parseKeyServiceFlags,
+  });
+  if (typeof flags === "number") return flags;
 
   const logger = createLogger({ level: flags.logLevel, fields: { component: "key-service" } });
   // Listen for signals before serving, so a SIGTERM right after "listening" is a graceful stop.

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { KEY_SERVICE_USAGE, parseKeyServiceFlags, UsageError } from "../../src/keyservice/flags.ts";
+import { KEY_SERVICE_USAGE, parseKeyServiceFlags } from "../../src/keyservice/flags.ts";
+import { UsageError } from "../../src/flags/flags.ts";
 
 Deno.test("parseKeyServiceFlags() defaults to the original's settings", () => {
   assert.deepEqual(parseKeyServiceFlags([]), {
