@@ -5,6 +5,9 @@
  *
  * Like the original, every call opens its own connection and closes it when
  * the call ends, so an idle client holds nothing open and needs no closing.
+ * (A shared HTTP/2 session would save ~0.5 ms per call on loopback, but
+ * with Deno 2.9.6's node:http2 a GOAWAY on a reused client session was seen
+ * to abort the whole process in nghttp2's `find_stream_on_goaway_func`.)
  *
  * @module
  */
