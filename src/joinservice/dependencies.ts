@@ -15,7 +15,7 @@ import { KubernetesError } from "../kubernetes/errors.ts";
 import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
 import { createBootstrapToken } from "./bootstraptoken.ts";
 import { discoveryTokenCaCertHash } from "./cahash.ts";
-import { parseComponents } from "./components.ts";
+import { type KubernetesComponent, parseComponents } from "./components.ts";
 import { loadControlPlaneFiles } from "./controlplanefiles.ts";
 import { KubeletCaError, nodeNameFromCsr, readKubeletCa, signKubeletCertificate } from "./kubeletca.ts";
 import { k8sCompliantHostname } from "./nodename.ts";
@@ -117,6 +117,8 @@ export interface ClusterInfoOptions {
 /** Cluster facts for tickets, from the API server, the control plane's files and the metadata API. */
 export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
   let endpoint: Promise<string> | undefined;
+  let discoveryHash: { stamp: string; hash: string } | undefined;
+  const componentsByName = new Map<string, KubernetesComponent[]>();
   return {
     components({ signal }) {
       return kubernetesCall(async () => {
@@ -131,23 +133,33 @@ export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
         if (!configMapName) {
           throw new ConnectError("kubernetesComponentsReference not found in node version", Code.Internal);
         }
-        const configMap = await options.client.getConfigMap(SYSTEM_NAMESPACE, configMapName, { signal });
-        try {
-          return { configMapName, components: parseComponents(configMap.data?.components ?? "") };
-        } catch (e) {
-          throw new ConnectError(
-            `components ConfigMap ${configMapName}: ${(e as Error).message}`,
-            Code.Internal,
-          );
+        // The components ConfigMap is immutable and named by its content's hash: read it once per name.
+        let components = componentsByName.get(configMapName);
+        if (!components) {
+          const configMap = await options.client.getConfigMap(SYSTEM_NAMESPACE, configMapName, { signal });
+          try {
+            components = parseComponents(configMap.data?.components ?? "");
+          } catch (e) {
+            throw new ConnectError(
+              `components ConfigMap ${configMapName}: ${(e as Error).message}`,
+              Code.Internal,
+            );
+          }
+          componentsByName.set(configMapName, components);
         }
+        return { configMapName, components };
       });
     },
 
     async discoveryTokenCaCertHash() {
       const path = `${options.kubernetesDir}/admin.conf`;
       try {
-        const [first] = selectDiscoveryCluster(parseKubeconfig(await Deno.readTextFile(path)));
-        return await discoveryTokenCaCertHash(first, path);
+        const stamp = await fileStamp([path]);
+        if (discoveryHash?.stamp !== stamp) {
+          const [first] = selectDiscoveryCluster(parseKubeconfig(await Deno.readTextFile(path)));
+          discoveryHash = { stamp, hash: await discoveryTokenCaCertHash(first, path) };
+        }
+        return discoveryHash.hash;
       } catch (e) {
         throw new ConnectError(`${path}: ${(e as Error).message}`, Code.Internal);
       }

@@ -285,6 +285,15 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
           () => deps.keys.getDataKey(id, DERIVED_KEY_LENGTH, { signal }),
         ),
     );
+  // The measurement secret is one value for the whole cluster: fetched once, again after a failure.
+  let measurementSecret: Promise<Uint8Array> | undefined;
+  const measurementSecretOf = (signal: AbortSignal) => {
+    measurementSecret ??= keyService("measurement secret", MEASUREMENT_SECRET_KEY_ID, signal).catch((e) => {
+      measurementSecret = undefined;
+      throw e;
+    });
+    return measurementSecret;
+  };
   const apiServer = <T>(operation: string, fn: () => Promise<T>) =>
     step(operation, () => deps.metrics.apiServerSeconds.time({ operation }, fn));
 
@@ -309,29 +318,29 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
           () => deps.kubeletSigner.sign(req.certificateRequest, { signal }),
         );
         audit.nodeName = kubelet.nodeName;
-        const measurementSecret = await keyService("measurement secret", MEASUREMENT_SECRET_KEY_ID, signal);
-        const stateDiskKey = await keyService("state disk key", diskUuid, signal);
-        const ssh = req.hostPublicKey.length > 0
-          ? await step(
-            "certifying SSH host key",
-            () => deps.ssh.certify(req.hostPublicKey, req.hostCertificatePrincipals, { signal }),
-          )
-          : undefined;
-        const components = await apiServer("getting components", () => deps.cluster.components({ signal }));
-        const caHash = await step(
-          "getting discovery CA hash",
-          () => deps.cluster.discoveryTokenCaCertHash({ signal }),
-        );
-        const endpoint = await step(
-          "getting API server endpoint",
-          () => deps.cluster.apiServerEndpoint({ signal }),
-        );
-        const controlPlaneFiles = req.isControlPlane
-          ? await step(
-            "loading control-plane certificates and keys",
-            () => deps.cluster.controlPlaneFiles({ signal }),
-          )
-          : [];
+        // Independent reads run together; a failure is reported in this order.
+        const [measurementSecret, stateDiskKey, ssh, components, caHash, endpoint, controlPlaneFiles] =
+          await firstFailure(
+            [
+              measurementSecretOf(signal),
+              keyService("state disk key", diskUuid, signal),
+              req.hostPublicKey.length > 0
+                ? step(
+                  "certifying SSH host key",
+                  () => deps.ssh.certify(req.hostPublicKey, req.hostCertificatePrincipals, { signal }),
+                )
+                : Promise.resolve(undefined),
+              apiServer("getting components", () => deps.cluster.components({ signal })),
+              step("getting discovery CA hash", () => deps.cluster.discoveryTokenCaCertHash({ signal })),
+              step("getting API server endpoint", () => deps.cluster.apiServerEndpoint({ signal })),
+              req.isControlPlane
+                ? step(
+                  "loading control-plane certificates and keys",
+                  () => deps.cluster.controlPlaneFiles({ signal }),
+                )
+                : Promise.resolve([]),
+            ] as const,
+          );
 
         const { token, tokenId } = await apiServer(
           "creating bootstrap token",
@@ -387,11 +396,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
             ctx.signal,
             audit,
           );
-          const measurementSecret = await keyService(
-            "measurement secret",
-            MEASUREMENT_SECRET_KEY_ID,
-            ctx.signal,
-          );
+          const measurementSecret = await measurementSecretOf(ctx.signal);
           const stateDiskKey = await keyService("state disk key", diskUuid, ctx.signal);
           const ticket = create(IssueRejoinTicketResponseSchema, { stateDiskKey, measurementSecret });
           const sealed = await step(
@@ -479,6 +484,20 @@ function digestOfJoin(req: IssueJoinTicketRequest): Promise<Uint8Array> {
 
 function digestOfRejoin(req: IssueRejoinTicketRequest): Promise<Uint8Array> {
   return rejoinRequestDigest({ diskUuid: req.diskUuid });
+}
+
+/**
+ * Awaits every promise; when some fail, rejects with the failure of the
+ * earliest one in the list (not the first to settle), so errors do not
+ * depend on timing.
+ */
+async function firstFailure<T extends readonly unknown[]>(
+  promises: { [K in keyof T]: Promise<T[K]> },
+): Promise<T> {
+  const settled = await Promise.allSettled(promises);
+  const failed = settled.find((result) => result.status === "rejected");
+  if (failed) throw (failed as PromiseRejectedResult).reason;
+  return settled.map((result) => (result as PromiseFulfilledResult<unknown>).value) as unknown as T;
 }
 
 /** Runs one step; a failure becomes a ConnectError whose message names the step. */
