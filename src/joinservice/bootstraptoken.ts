@@ -43,11 +43,18 @@ export interface BootstrapToken {
 export class BootstrapTokenError extends Error {
   /** "id-collisions" when every generated ID already existed, "create-failed" otherwise. */
   readonly code: "id-collisions" | "create-failed";
+  /** Whether the store's failure was transient (its error said `retryable`), so a later try may succeed. */
+  readonly retryable: boolean;
 
-  constructor(code: "id-collisions" | "create-failed", message: string) {
+  constructor(
+    code: "id-collisions" | "create-failed",
+    message: string,
+    options: { retryable?: boolean } = {},
+  ) {
     super(message);
     this.name = "BootstrapTokenError";
     this.code = code;
+    this.retryable = options.retryable ?? false;
   }
 }
 
@@ -174,6 +181,7 @@ export async function createBootstrapToken(
       throw new BootstrapTokenError(
         "create-failed",
         `creating bootstrap token secret ${BOOTSTRAP_TOKEN_NAMESPACE}/${secret.metadata!.name}: ${detail}`,
+        { retryable: (error as { retryable?: unknown })?.retryable === true },
       );
     }
   }

@@ -13,12 +13,13 @@ import type { Logger } from "../log/logger.ts";
 import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
 import { KubernetesError } from "../kubernetes/errors.ts";
 import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
-import { createBootstrapToken } from "./bootstraptoken.ts";
+import { BootstrapTokenError, createBootstrapToken } from "./bootstraptoken.ts";
 import { discoveryTokenCaCertHash } from "./cahash.ts";
 import { type KubernetesComponent, parseComponents } from "./components.ts";
 import { loadControlPlaneFiles } from "./controlplanefiles.ts";
 import { KubeletCaError, nodeNameFromCsr, readKubeletCa, signKubeletCertificate } from "./kubeletca.ts";
-import { k8sCompliantHostname } from "./nodename.ts";
+import { k8sCompliantHostname, NodeNameError } from "./nodename.ts";
+import * as x509 from "../x509/x509.ts";
 import { SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, SshCa, SshCaError } from "./sshca.ts";
 import type {
   BootstrapTokens,
@@ -45,7 +46,7 @@ export const JOINING_NODE_DEADLINE_MS = { worker: 48 * 3600_000, controlPlane: 1
 /** Turns a Kubernetes client error into a Connect error (retryable ones become Unavailable). */
 export function kubernetesConnectError(e: unknown): ConnectError {
   if (e instanceof ConnectError) return e;
-  if (e instanceof KubernetesError) {
+  if (e instanceof KubernetesError || e instanceof BootstrapTokenError) {
     if (e.retryable) return new ConnectError(`API server unavailable: ${e.message}`, Code.Unavailable);
     return new ConnectError(e.message, Code.Internal);
   }
@@ -71,10 +72,11 @@ export function kubeletSigner(
   const certFile = `${options.pkiDir}/ca.crt`;
   const keyFile = `${options.pkiDir}/ca.key`;
   let cached: { stamp: string; ca: ReturnType<typeof readKubeletCa> } | undefined;
-  const loadCa = async (signal?: AbortSignal) => {
+  // Shared by concurrent requests, so loaded without any one request's signal.
+  const loadCa = async () => {
     const stamp = await fileStamp([certFile, keyFile]);
     if (!cached || cached.stamp !== stamp) {
-      cached = { stamp, ca: readKubeletCa({ certFile, keyFile, signal }) };
+      cached = { stamp, ca: readKubeletCa({ certFile, keyFile }) };
       cached.ca.catch(() => (cached = undefined));
     }
     return await cached.ca;
@@ -83,18 +85,27 @@ export function kubeletSigner(
     async checkCa() {
       await loadCa();
     },
-    async sign(csrDer, { signal }) {
+    async sign(csrDer) {
+      let ca;
       try {
-        const ca = await loadCa(signal);
-        const certificatePem = await signKubeletCertificate(csrDer, ca, { clock: options.clock });
-        return { certificatePem, nodeName: k8sCompliantHostname(nodeNameFromCsr(csrDer)) };
+        ca = await loadCa();
       } catch (e) {
-        const message = e instanceof Error ? e.message : String(e);
-        if (e instanceof KubeletCaError && e.code.startsWith("ca-")) {
-          throw new ConnectError(`cluster CA unusable: ${message}`, Code.Internal);
-        }
-        throw new ConnectError(`certificate request rejected: ${message}`, Code.InvalidArgument);
+        throw new ConnectError(`cluster CA unusable: ${(e as Error).message}`, Code.Internal);
       }
+      let certificatePem: string;
+      let nodeName: string;
+      try {
+        certificatePem = await signKubeletCertificate(csrDer, ca, { clock: options.clock });
+        nodeName = k8sCompliantHostname(nodeNameFromCsr(csrDer));
+      } catch (e) {
+        const rejected = (e instanceof KubeletCaError && e.code.startsWith("csr-")) ||
+          e instanceof NodeNameError;
+        if (!rejected) throw e; // not the node's fault: an Internal error, logged by the service
+        throw new ConnectError(`certificate request rejected: ${e.message}`, Code.InvalidArgument);
+      }
+      const san = new x509.X509Certificate(certificatePem).getExtension(x509.SubjectAlternativeNameExtension);
+      const ips = san?.names.items.filter((name) => name.type === "ip").map((name) => name.value) ?? [];
+      return { certificatePem, nodeName, ips };
     },
   };
 }
@@ -165,9 +176,10 @@ export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
       }
     },
 
-    apiServerEndpoint({ signal }) {
+    apiServerEndpoint() {
       if ("fixed" in options.endpoint) return Promise.resolve(options.endpoint.fixed);
-      endpoint ??= endpointFromMetadata(options.endpoint.metadataUrl, signal).catch((e) => {
+      // Shared by concurrent requests, so fetched under its own timeout, not one request's signal.
+      endpoint ??= endpointFromMetadata(options.endpoint.metadataUrl).catch((e) => {
         endpoint = undefined;
         throw e;
       });
@@ -185,13 +197,11 @@ export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
 }
 
 /** "<VPCIP>:6443" from a QEMU-style metadata API's GET /self. */
-async function endpointFromMetadata(metadataUrl: string, signal?: AbortSignal): Promise<string> {
+async function endpointFromMetadata(metadataUrl: string): Promise<string> {
   const url = new URL("/self", metadataUrl);
   let response: Response;
   try {
-    response = await fetch(url, {
-      signal: AbortSignal.any([AbortSignal.timeout(10_000), ...(signal ? [signal] : [])]),
-    });
+    response = await fetch(url, { signal: AbortSignal.timeout(10_000) });
   } catch (e) {
     throw new ConnectError(`metadata API ${url} unavailable: ${(e as Error).message}`, Code.Unavailable);
   }
@@ -271,7 +281,8 @@ export function joiningNodes(
             { signal },
           );
           const until = Date.parse(existing.spec?.deadline ?? "");
-          if (until > clock.now()) {
+          // The same node asking again (its first answer was lost) may record itself again.
+          if (until > clock.now() && existing.spec?.name !== node.name) {
             throw new ConnectError(
               `control-plane node ${
                 JSON.stringify(existing.spec?.name ?? "")
@@ -279,7 +290,11 @@ export function joiningNodes(
               Code.Unavailable,
             );
           }
-          options.logger.warn("replacing stale control-plane JoiningNode", { previous: existing.spec?.name });
+          if (existing.spec?.name !== node.name) {
+            options.logger.warn("replacing stale control-plane JoiningNode", {
+              previous: existing.spec?.name,
+            });
+          }
           await client.deleteCustomResource(JOINING_NODE, CONTROL_PLANE_JOINING_NODE, { signal });
           await client.createCustomResource(JOINING_NODE, record, { signal });
         }
@@ -291,8 +306,9 @@ export function joiningNodes(
 /** SSH host certificates from the CA derived from the master secret (key ID "ca_emergency_ssh"). */
 export function sshHostCertifier(options: { keys: KeySource; clock: Clock }): SshHostCertifier {
   let ca: Promise<SshCa> | undefined;
-  const getCa = (signal?: AbortSignal) => {
-    ca ??= options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, { signal }).then(
+  // Shared by concurrent callers, so fetched without any caller's signal (see exchange.ts).
+  const getCa = () => {
+    ca ??= options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, {}).then(
       (seed) => SshCa.fromSeed(seed),
       (e) => {
         ca = undefined;
@@ -303,8 +319,8 @@ export function sshHostCertifier(options: { keys: KeySource; clock: Clock }): Ss
   };
   const encoder = new TextEncoder();
   return {
-    async certify(hostPublicKey, principals, { signal }) {
-      const sshCa = await getCa(signal);
+    async certify(hostPublicKey, principals) {
+      const sshCa = await getCa();
       try {
         const certificate = await sshCa.signHostCertificate(hostPublicKey, principals, {
           clock: options.clock,

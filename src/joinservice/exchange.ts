@@ -31,25 +31,33 @@ export interface AttestedExchangeOptions {
 /** Builds the {@linkcode AttestedExchange} the join service uses. */
 export function createAttestedExchange(options: AttestedExchangeOptions): AttestedExchange {
   let nonces: Promise<ChallengeNonces> | undefined;
-  const getNonces = (signal?: AbortSignal): Promise<ChallengeNonces> => {
-    nonces ??= options.keys.getDataKey(NONCE_KEY_ID, NONCE_KEY_LENGTH, { signal }).then(
+  // Concurrent callers share one fetch, so it runs without any caller's signal: a node that gives up
+  // must not fail the others (the key service client's own deadline bounds the fetch).
+  const getNonces = (): Promise<ChallengeNonces> => {
+    nonces ??= options.keys.getDataKey(NONCE_KEY_ID, NONCE_KEY_LENGTH, {}).then(
       (key) => new ChallengeNonces({ key, clock: options.clock, lifetimeMs: options.nonceLifetimeMs }),
-      (e) => {
-        nonces = undefined; // try again on the next call
-        const cause = ConnectError.from(e);
-        throw new ConnectError(`getting nonce key from key service: ${cause.rawMessage}`, cause.code);
-      },
-    );
+    ).catch((e) => {
+      nonces = undefined; // try again on the next call
+      // Challenges are unauthenticated: the caller learns only that the key service is unavailable.
+      const code = ConnectError.from(e).code === Code.Unavailable ? Code.Unavailable : Code.Internal;
+      throw new ConnectError(
+        "nonce key unavailable from the key service; retry later",
+        code,
+        undefined,
+        undefined,
+        e,
+      );
+    });
     return nonces;
   };
 
   return {
-    async challenge({ signal }) {
-      return await (await getNonces(signal)).issue();
+    async challenge() {
+      return await (await getNonces()).issue();
     },
 
     async verify({ attestation, purpose, requestDigest, signal }): Promise<VerifiedRequest> {
-      const challengeNonces = await getNonces(signal);
+      const challengeNonces = await getNonces();
       try {
         const verified = await verifyAttestedRequest({
           attestation,

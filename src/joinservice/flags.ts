@@ -161,7 +161,15 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     burstGlobal: whole("--burst-global", values["burst-global"]),
     verifyConcurrency: whole("--verify-concurrency", values["verify-concurrency"]),
     verifyQueue: whole("--verify-queue", values["verify-queue"]),
-    nonceLifetimeMs: parsePositive(values["nonce-lifetime"], "--nonce-lifetime") * 1000,
+    nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
     logLevel,
   };
+}
+
+function nonceLifetimeMs(value: string): number {
+  const seconds = parsePositive(value, "--nonce-lifetime");
+  if (seconds < 1 || seconds > 3600) {
+    throw new UsageError(`invalid --nonce-lifetime "${value}": want 1 to 3600 seconds`);
+  }
+  return Math.round(seconds * 1000);
 }

@@ -26,6 +26,7 @@
  *
  * @module
  */
+import { ConnectError } from "@connectrpc/connect";
 import { knownVariants } from "../attestation/registry.ts";
 import { AttestationConfigWatcher } from "../attestation/watcher.ts";
 import { systemClock } from "../clock.ts";
@@ -75,7 +76,9 @@ export async function main(args: string[]): Promise<number> {
   try {
     running = await start(flags, logger);
   } catch (err) {
-    logger.error(`cannot start: ${(err as Error).message.split("\n")[0]}`);
+    // A ConnectError's message starts with its code ("[internal] ..."), which means nothing at startup.
+    const message = err instanceof ConnectError ? err.rawMessage : (err as Error).message;
+    logger.error(`cannot start: ${message.split("\n")[0]}`);
     return EXIT_FAILURE;
   }
   logger.info("listening", {

@@ -47,11 +47,10 @@ import type { RateLimiter } from "../limits/ratelimiter.ts";
 import { PoolFullError, type WorkPool } from "../limits/pool.ts";
 import { peerAddressKey } from "../rpc/peer.ts";
 import { joinRequestDigest, rejoinRequestDigest } from "../atls/reportdata.ts";
+import { DERIVED_KEY_LENGTH, MEASUREMENT_SECRET_KEY_ID, stateDiskKeyID } from "../kms/keys.ts";
 
-/** Key IDs and lengths asked of the key service (the key service adds the "key-" prefix). */
-export const MEASUREMENT_SECRET_KEY_ID = "measurementSecret";
-/** Length of derived keys in bytes. */
-export const DERIVED_KEY_LENGTH = 32;
+/** Name of the JoiningNode that marks a joining control plane: no worker may use it. */
+const RESERVED_NODE_NAME = "control-plane";
 
 /** Purposes of the attested exchange used by this service. */
 export type ExchangePurpose = "join" | "rejoin";
@@ -98,13 +97,14 @@ export interface KeySource {
 /** Signs kubelet certificates with the cluster CA. */
 export interface KubeletSigner {
   /**
-   * Checks the CSR and signs it. Rejects with ConnectError InvalidArgument
-   * when the CSR breaks a rule, Internal/FailedPrecondition when the CA is broken.
+   * Checks the CSR and signs it; resolves to the certificate, the normalized
+   * node name and the IP SANs. Rejects with ConnectError InvalidArgument
+   * when the CSR breaks a rule, Internal when the CA is broken.
    */
   sign(
     csrDer: Uint8Array,
     options: { signal?: AbortSignal },
-  ): Promise<{ certificatePem: string; nodeName: string }>;
+  ): Promise<{ certificatePem: string; nodeName: string; ips: string[] }>;
 }
 
 /** Cluster facts that go into every ticket. Rejects with ConnectError (Unavailable for API-server outages). */
@@ -231,6 +231,9 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
     } catch (e) {
       const error = toConnectError(e);
       const reason = reasonOf(error);
+      if (error.code === Code.Internal && error.cause !== undefined) {
+        deps.logger.error("unexpected error", { method, step: error.rawMessage, error: error.cause });
+      }
       deps.metrics.decisions.inc({ method, outcome: "rejected", reason });
       deps.audit.info("ticket rejected", {
         ...audit,
@@ -261,6 +264,9 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
           ),
         { signal },
       );
+      // Which key attested, and what it reported: the audit trail names the node's TPM and boot state.
+      audit.keyDigest = verified.verification.keyDigest;
+      audit.reportedMeasurementsDigest = await reportedMeasurementsDigest(verified.verification);
       if (verified.verification.warnings.length > 0) {
         audit.warnings = verified.verification.warnings;
       }
@@ -276,7 +282,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
     }
   }
 
-  const keyService = (operation: string, id: string, signal: AbortSignal) =>
+  const keyService = (operation: string, id: string, signal?: AbortSignal) =>
     step(
       `getting ${operation}`,
       () =>
@@ -286,9 +292,11 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
         ),
     );
   // The measurement secret is one value for the whole cluster: fetched once, again after a failure.
+  // Concurrent requests share the fetch, so it runs without any one request's signal: a node that
+  // gives up must not fail the others.
   let measurementSecret: Promise<Uint8Array> | undefined;
-  const measurementSecretOf = (signal: AbortSignal) => {
-    measurementSecret ??= keyService("measurement secret", MEASUREMENT_SECRET_KEY_ID, signal).catch((e) => {
+  const measurementSecretOf = () => {
+    measurementSecret ??= keyService("measurement secret", MEASUREMENT_SECRET_KEY_ID).catch((e) => {
       measurementSecret = undefined;
       throw e;
     });
@@ -298,18 +306,22 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
     step(operation, () => deps.metrics.apiServerSeconds.time({ operation }, fn));
 
   return {
-    getChallenge(_req, ctx) {
-      return step("issuing challenge", async () => {
+    async getChallenge(_req, ctx) {
+      try {
         const { nonce, expiresAt } = await deps.exchange.challenge({ signal: ctx.signal });
         return create(GetChallengeResponseSchema, { nonce, expiresAtUnixMs: BigInt(expiresAt) });
-      });
+      } catch (e) {
+        const error = toConnectError(e);
+        deps.logger.warn("cannot issue challenge", { error: error.cause ?? error.rawMessage });
+        throw error;
+      }
     },
 
     issueJoinTicket(req, ctx) {
       const role = req.isControlPlane ? "control-plane" : "worker";
       return decide("IssueJoinTicket", ctx, { diskUuid: printable(req.diskUuid), role }, async (audit) => {
         checkJoinRequest(req);
-        const diskUuid = req.diskUuid.toLowerCase();
+        const diskUuid = stateDiskKeyID(req.diskUuid);
         const verified = await verify(req.attestation, "join", await digestOfJoin(req), ctx.signal, audit);
         const signal = ctx.signal;
 
@@ -318,11 +330,12 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
           () => deps.kubeletSigner.sign(req.certificateRequest, { signal }),
         );
         audit.nodeName = kubelet.nodeName;
+        checkIdentity(req, kubelet);
         // Independent reads run together; a failure is reported in this order.
         const [measurementSecret, stateDiskKey, ssh, components, caHash, endpoint, controlPlaneFiles] =
           await firstFailure(
             [
-              measurementSecretOf(signal),
+              measurementSecretOf(),
               keyService("state disk key", diskUuid, signal),
               req.hostPublicKey.length > 0
                 ? step(
@@ -346,6 +359,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
           "creating bootstrap token",
           () => deps.tokens.create({ signal }),
         );
+        // A token nobody received is deleted again (the JoiningNode record or the sealing failed).
         try {
           await apiServer("recording joining node", () =>
             deps.joiningNodes.record({
@@ -353,31 +367,30 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
               componentsReference: components.configMapName,
               isControlPlane: req.isControlPlane,
             }, { signal }));
+          const ticket = create(IssueJoinTicketResponseSchema, {
+            stateDiskKey,
+            measurementSalt: deps.measurementSalt,
+            measurementSecret,
+            kubeletCert: new TextEncoder().encode(kubelet.certificatePem),
+            apiServerEndpoint: endpoint,
+            token,
+            discoveryTokenCaCertHash: caHash,
+            controlPlaneFiles: controlPlaneFiles.map((f) => create(ControlPlaneCertOrKeySchema, f)),
+            kubernetesComponents: components.components.map((c) => create(ComponentSchema, c)),
+            authorizedCaPublicKey: ssh?.caPublicKey ?? new Uint8Array(),
+            hostCertificate: ssh?.hostCertificate ?? new Uint8Array(),
+          });
+          const sealed = await step(
+            "sealing ticket",
+            () => verified.seal(toBinary(IssueJoinTicketResponseSchema, ticket)),
+          );
+          return create(IssueJoinTicketResponseSchema, { sealed });
         } catch (e) {
           await deps.tokens.delete(tokenId, {}).catch((cleanup) =>
             deps.logger.warn("could not delete unused bootstrap token", { tokenId, error: cleanup })
           );
           throw e;
         }
-
-        const ticket = create(IssueJoinTicketResponseSchema, {
-          stateDiskKey,
-          measurementSalt: deps.measurementSalt,
-          measurementSecret,
-          kubeletCert: new TextEncoder().encode(kubelet.certificatePem),
-          apiServerEndpoint: endpoint,
-          token,
-          discoveryTokenCaCertHash: caHash,
-          controlPlaneFiles: controlPlaneFiles.map((f) => create(ControlPlaneCertOrKeySchema, f)),
-          kubernetesComponents: components.components.map((c) => create(ComponentSchema, c)),
-          authorizedCaPublicKey: ssh?.caPublicKey ?? new Uint8Array(),
-          hostCertificate: ssh?.hostCertificate ?? new Uint8Array(),
-        });
-        const sealed = await step(
-          "sealing ticket",
-          () => verified.seal(toBinary(IssueJoinTicketResponseSchema, ticket)),
-        );
-        return create(IssueJoinTicketResponseSchema, { sealed });
       });
     },
 
@@ -388,7 +401,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
         { diskUuid: printable(req.diskUuid), role: "rejoin" },
         async (audit) => {
           checkDiskUuid(req);
-          const diskUuid = req.diskUuid.toLowerCase();
+          const diskUuid = stateDiskKeyID(req.diskUuid);
           const verified = await verify(
             req.attestation,
             "rejoin",
@@ -396,7 +409,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
             ctx.signal,
             audit,
           );
-          const measurementSecret = await measurementSecretOf(ctx.signal);
+          const measurementSecret = await measurementSecretOf();
           const stateDiskKey = await keyService("state disk key", diskUuid, ctx.signal);
           const ticket = create(IssueRejoinTicketResponseSchema, { stateDiskKey, measurementSecret });
           const sealed = await step(
@@ -486,6 +499,40 @@ function digestOfRejoin(req: IssueRejoinTicketRequest): Promise<Uint8Array> {
   return rejoinRequestDigest({ diskUuid: req.diskUuid });
 }
 
+/** SHA-256 hex of the reported measurements as canonical JSON (indices ascending, lower-case hex). */
+async function reportedMeasurementsDigest(verification: Verification): Promise<string> {
+  const entries = Object.entries(verification.measurements).sort(([a], [b]) => Number(a) - Number(b));
+  const canonical = new TextEncoder().encode(JSON.stringify(Object.fromEntries(entries)));
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", canonical));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * A node may claim only its own identity: no worker takes the name that
+ * marks a joining control plane, and SSH host certificate principals are
+ * the node's name, a domain name under it (`<name>.<domain>`), or an IP
+ * address of its kubelet certificate, so no node can certify itself as
+ * another.
+ */
+function checkIdentity(req: IssueJoinTicketRequest, kubelet: { nodeName: string; ips: string[] }): void {
+  const invalid = (message: string) =>
+    withReason(new ConnectError(message, Code.InvalidArgument), "identity");
+  if (!req.isControlPlane && kubelet.nodeName === RESERVED_NODE_NAME) {
+    throw invalid(`node name "${RESERVED_NODE_NAME}" is reserved`);
+  }
+  const ips = new Set(kubelet.ips);
+  const own = (principal: string) =>
+    principal === kubelet.nodeName || principal.startsWith(`${kubelet.nodeName}.`) || ips.has(principal);
+  const foreign = req.hostCertificatePrincipals.filter((principal) => !own(principal));
+  if (foreign.length > 0) {
+    throw invalid(
+      `host certificate principals must be the node's name, a domain name under it, or its certificate's IP addresses; not allowed: ${
+        foreign.slice(0, 4).map((p) => JSON.stringify(printable(p))).join(", ")
+      }`,
+    );
+  }
+}
+
 /**
  * Awaits every promise; when some fail, rejects with the failure of the
  * earliest one in the list (not the first to settle), so errors do not
@@ -508,15 +555,28 @@ async function step<T>(what: string, fn: () => Promise<T>): Promise<T> {
     const error = toConnectError(e);
     if (error.code === Code.PermissionDenied || error.code === Code.InvalidArgument) throw error;
     return Promise.reject(
-      withReason(new ConnectError(`${what}: ${error.rawMessage}`, error.code), reasonOf(error)),
+      withReason(
+        new ConnectError(`${what}: ${error.rawMessage}`, error.code, undefined, undefined, error.cause),
+        reasonOf(error),
+      ),
     );
   }
 }
 
+/**
+ * Any error as a ConnectError. An unexpected one (a bug, not a dependency's
+ * answer) reaches the client only as "internal error"; the original stays
+ * in `cause` for the service's own log.
+ */
 function toConnectError(e: unknown): ConnectError {
   if (e instanceof ConnectError) return e;
-  const error = ConnectError.from(e, Code.Internal);
-  return withReason(error, reasonOf(e));
+  if (e instanceof DOMException && e.name === "AbortError") {
+    return withReason(new ConnectError("request canceled", Code.Canceled), "canceled");
+  }
+  if (e instanceof DOMException && e.name === "TimeoutError") {
+    return withReason(new ConnectError("request timed out", Code.DeadlineExceeded), "deadline");
+  }
+  return withReason(new ConnectError("internal error", Code.Internal, undefined, undefined, e), "internal");
 }
 
 /** Attaches a machine-readable reason (for metrics and audit) to an error. */

@@ -40,6 +40,10 @@ export interface ServeRpcOptions {
   readMaxBytes?: number;
   /** Per-request context values; the peer address ({@linkcode peerAddressKey}) is always set. */
   contextValues?: (req: http2.Http2ServerRequest) => ContextValues;
+  /** Most connections open at once; more are refused. Default 4096. */
+  maxConnections?: number;
+  /** A connection idle this long is closed (GOAWAY). Default 120 s. */
+  idleTimeoutMs?: number;
   /** Extra plain-HTTP handler tried before the RPC routes (e.g. /healthz); return true if handled. */
   httpHandler?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => boolean;
 }
@@ -76,9 +80,13 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     ? http2.createSecureServer({ cert: options.tls.cert, key: options.tls.key, allowHTTP1: true }, handler)
     : http2.createServer({}, handler);
 
+  // Bounds on what unauthenticated peers can hold open.
+  server.maxConnections = options.maxConnections ?? 4096;
+  const idleTimeoutMs = options.idleTimeoutMs ?? 120_000;
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session: http2.ServerHttp2Session) => {
     sessions.add(session);
+    session.setTimeout(idleTimeoutMs, () => session.close());
     session.on("close", () => sessions.delete(session));
     session.on("error", () => {});
   });

@@ -170,7 +170,18 @@ Deno.test("a store failure is reported without the token, and not retried", asyn
   );
   assert.ok(leaked.length === 16 && !error.message.includes(leaked));
   assert.equal(error.cause, undefined);
+  assert.equal(error.retryable, false);
   assert.equal(secrets.calls.length, 1);
+});
+
+Deno.test("a transient store failure is marked retryable, so callers can answer Unavailable", async () => {
+  const secrets = new MemorySecrets();
+  secrets.failWith = () =>
+    Object.assign(new ApiError("connection refused", 0, "Unavailable"), { retryable: true });
+  const error = await createBootstrapToken({ secrets, clock }).then(() => assert.fail("created"), (e) => e);
+  assert.ok(error instanceof BootstrapTokenError);
+  assert.equal(error.retryable, true);
+  assert.equal(secrets.calls.length, 1, "create is never retried here");
 });
 
 Deno.test("an aborted signal stops createBootstrapToken", async () => {

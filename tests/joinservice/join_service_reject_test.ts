@@ -1,0 +1,318 @@
+/**
+ * The real join service process refusing requests: malformed and malicious
+ * ones (each with the right code and without a single call to the API
+ * server), nodes whose measurements no longer match after the attestation
+ * config is changed on disk, and peers over their rate limit.
+ */
+import assert from "node:assert/strict";
+import * as http2 from "node:http2";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { toHex } from "../../src/attestation/attestation.ts";
+import { measurementsDigest, parseMeasurements } from "../../src/attestation/measurements.ts";
+import { generateKeyPair } from "../../src/atls/hpke.ts";
+import {
+  type AttestationConfigJson,
+  type JoinCluster,
+  nodeCsr,
+  startJoinCluster,
+} from "../support/join_cluster.ts";
+
+/** Asserts that `call` fails with `code` (and a message matching `message`) and the API server saw no request. */
+async function assertRejected(
+  cluster: JoinCluster,
+  call: () => Promise<unknown>,
+  code: Code,
+  message?: RegExp,
+): Promise<ConnectError> {
+  const requests = cluster.apiServer.requests.length;
+  const error = await call().then(() => undefined, (e: unknown) => e);
+  assert.ok(error instanceof ConnectError, `want a ConnectError, got ${error}`);
+  assert.equal(Code[error.code], Code[code], error.rawMessage);
+  if (message) assert.match(error.rawMessage, message);
+  assert.deepEqual(cluster.apiServer.requests.slice(requests), [], "the API server was not called");
+  return error;
+}
+
+Deno.test("the join service process rejects malformed and malicious requests without side effects", async (t) => {
+  await using cluster = await startJoinCluster();
+  const { client } = cluster.joinService;
+  const prepare = (options: { diskUuid?: string; certificateRequest?: Uint8Array } = {}) =>
+    cluster.prepareJoinRequest({ diskUuid: crypto.randomUUID(), nodeName: "worker-1", ...options });
+
+  await t.step("no attestation: InvalidArgument", async () => {
+    const { request } = await prepare();
+    request.attestation = undefined;
+    await assertRejected(
+      cluster,
+      () => client.issueJoinTicket(request),
+      Code.InvalidArgument,
+      /evidence-missing/,
+    );
+  });
+
+  await t.step("the same request twice: the replayed nonce is PermissionDenied", async () => {
+    const { request } = await prepare();
+    await client.issueJoinTicket(request);
+    await assertRejected(
+      cluster,
+      () => client.issueJoinTicket(request),
+      Code.PermissionDenied,
+      /nonce-replayed/,
+    );
+  });
+
+  await t.step("evidence made for another disk UUID: PermissionDenied", async () => {
+    const { request } = await prepare();
+    request.diskUuid = crypto.randomUUID();
+    await assertRejected(
+      cluster,
+      () => client.issueJoinTicket(request),
+      Code.PermissionDenied,
+      /report-data-mismatch/,
+    );
+  });
+
+  await t.step("evidence bound to another HPKE key: PermissionDenied", async () => {
+    const { request } = await prepare();
+    request.attestation!.publicKey = (await generateKeyPair()).publicKey;
+    await assertRejected(
+      cluster,
+      () => client.issueJoinTicket(request),
+      Code.PermissionDenied,
+      /report-data-mismatch/,
+    );
+  });
+
+  await t.step("attested CSRs a kubelet may not have: InvalidArgument", async () => {
+    const cases: [string, Uint8Array, RegExp][] = [
+      [
+        "a DNS SAN",
+        await nodeCsr({ nodeName: "worker-1", ips: ["10.0.0.7"], dnsNames: ["kubernetes.default"] }),
+        /may not contain DNS names \(got "kubernetes.default"\)/,
+      ],
+      [
+        "O=system:masters",
+        await nodeCsr({ subject: [{ O: ["system:masters"] }, { CN: ["system:node:worker-1"] }] }),
+        /organization "system:nodes" but has "system:masters"/,
+      ],
+      [
+        "a CN without the system:node: prefix",
+        await nodeCsr({ subject: [{ O: ["system:nodes"] }, { CN: ["worker-1"] }] }),
+        /common name prefix "system:node:" but is "worker-1"/,
+      ],
+    ];
+    for (const [what, certificateRequest, message] of cases) {
+      const { request } = await prepare({ certificateRequest });
+      const error = await assertRejected(
+        cluster,
+        () => client.issueJoinTicket(request),
+        Code.InvalidArgument,
+        message,
+      );
+      assert.match(error.rawMessage, /^certificate request rejected: /, what);
+    }
+  });
+
+  await t.step("identities a node may not claim: InvalidArgument", async () => {
+    const reserved = await cluster.prepareJoinRequest({
+      diskUuid: crypto.randomUUID(),
+      nodeName: "control-plane",
+    });
+    await assertRejected(
+      cluster,
+      () => client.issueJoinTicket(reserved.request),
+      Code.InvalidArgument,
+      /^node name "control-plane" is reserved$/,
+    );
+    const hostKey = {
+      publicKey: new Uint8Array(51).fill(1),
+      principals: ["worker-1", "worker-2", "10.0.0.8"],
+    };
+    const impostor = await cluster.prepareJoinRequest({
+      diskUuid: crypto.randomUUID(),
+      nodeName: "worker-1",
+      ips: ["10.0.0.7"],
+      hostKey,
+    });
+    await assertRejected(
+      cluster,
+      () => client.issueJoinTicket(impostor.request),
+      Code.InvalidArgument,
+      /host certificate principals must be .*; not allowed: "worker-2", "10\.0\.0\.8"$/,
+    );
+  });
+
+  await t.step("a CSR over 16 KiB: InvalidArgument", async () => {
+    const { request } = await prepare({ certificateRequest: new Uint8Array(16 * 1024 + 1).fill(0x30) });
+    await assertRejected(
+      cluster,
+      () => client.issueJoinTicket(request),
+      Code.InvalidArgument,
+      /certificate_request is 16385 bytes; at most 16384/,
+    );
+  });
+
+  await t.step("a message over 256 KiB: a clean error, and the service stays up", async () => {
+    const { request } = await prepare();
+    request.hostPublicKey = new Uint8Array(300 * 1024);
+    const error = await assertRejected(
+      cluster,
+      () => client.issueJoinTicket(request),
+      Code.ResourceExhausted,
+    );
+    assert.match(error.rawMessage, /message size .* is larger than configured readMaxBytes 262144/);
+    assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
+  });
+
+  await t.step("disk UUIDs that name other keys: InvalidArgument, for join and rejoin", async () => {
+    for (const diskUuid of ["measurementSecret", "joinServiceNonceKey", "ca_emergency_ssh", "", "../x"]) {
+      // The evidence is bound to this very UUID: only the UUID rule can reject it.
+      const { request } = await prepare({ diskUuid });
+      await assertRejected(
+        cluster,
+        () => client.issueJoinTicket(request),
+        Code.InvalidArgument,
+        /^disk_uuid must be a UUID/,
+      );
+      await assertRejected(
+        cluster,
+        () => cluster.requestRejoinTicket(diskUuid),
+        Code.InvalidArgument,
+        /^disk_uuid must be a UUID/,
+      );
+    }
+  });
+
+  await t.step("garbage bytes POSTed as application/proto: a clean error, the service stays up", async () => {
+    const requests = cluster.apiServer.requests.length;
+    const audited = auditLines(cluster).length;
+    const session = http2.connect(cluster.joinUrl, { ca: cluster.joinCaPem });
+    try {
+      const stream = session.request({
+        ":method": "POST",
+        ":path": "/join.API/IssueJoinTicket",
+        "content-type": "application/proto",
+      });
+      // Every byte has its continuation bit set: no valid varint, so no valid message.
+      stream.end(crypto.getRandomValues(new Uint8Array(4096)).map((b) => b | 0x80));
+      const [headers, body] = await Promise.all([
+        new Promise<http2.IncomingHttpHeaders>((resolve) => stream.once("response", resolve)),
+        (async () => {
+          let text = "";
+          for await (const chunk of stream) text += new TextDecoder().decode(chunk, { stream: true });
+          return text;
+        })(),
+      ]);
+      // Connect 2.2 (like grpc-go) classifies an undecodable request message as "internal", before any
+      // handler or interceptor runs; the answer is still a clean Connect error naming the decoding failure.
+      assert.equal(headers["content-type"], "application/json");
+      assert.deepEqual(JSON.parse(body), { code: "internal", message: "parse binary: invalid varint" });
+      assert.equal(headers[":status"], 500);
+    } finally {
+      session.close();
+    }
+    assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
+    assert.equal(cluster.apiServer.requests.length, requests);
+    assert.equal(auditLines(cluster).length, audited, "no ticket decision was made");
+  });
+
+  await t.step(
+    "changed measurements on disk: reloaded, every mismatch named, accepted again when restored",
+    async () => {
+      const original = cluster.attestationConfig;
+      const status = await client.getStatus({});
+      assert.equal(status.measurementsDigest, digestOf(original));
+      const changed: AttestationConfigJson = structuredClone(original);
+      changed.measurements["4"] = { expected: "aa".repeat(32), warnOnly: false };
+      changed.measurements["9"] = { expected: "bb".repeat(32), warnOnly: false };
+
+      await cluster.writeAttestationConfig(changed);
+      const reloaded = await cluster.waitForConfigGeneration(status.configGeneration + 1n);
+      assert.equal(reloaded.measurementsDigest, digestOf(changed));
+      assert.notEqual(reloaded.measurementsDigest, status.measurementsDigest);
+      assert.deepEqual(
+        reloaded.measurements.filter((m) => m.index === 4 || m.index === 9).map((
+          m,
+        ) => [m.expected, m.warnOnly]),
+        [["aa".repeat(32), false], ["bb".repeat(32), false]],
+      );
+
+      const error = await assertRejected(
+        cluster,
+        () => cluster.requestTicket({ diskUuid: crypto.randomUUID(), nodeName: "worker-1" }),
+        Code.PermissionDenied,
+        /measurement-mismatch/,
+      );
+      for (const [index, expected] of [[4, "aa"], [9, "bb"]] as const) {
+        const actual = toHex(cluster.pcrs.get(index)!);
+        assert.ok(
+          error.rawMessage.includes(
+            `PCR[${index}] expected ${expected.repeat(32)}, got ${actual} (enforced)`,
+          ),
+          error.rawMessage,
+        );
+      }
+      assert.equal(error.rawMessage.match(/PCR\[/g)?.length, 2, error.rawMessage);
+
+      await cluster.writeAttestationConfig(original);
+      const restored = await cluster.waitForConfigGeneration(status.configGeneration + 2n);
+      assert.equal(restored.measurementsDigest, status.measurementsDigest);
+      const { ticket } = await cluster.requestTicket({ diskUuid: crypto.randomUUID(), nodeName: "worker-1" });
+      assert.equal(ticket.stateDiskKey.length, 32);
+    },
+  );
+
+  await t.step("every decision made one audit line; every rejection names its reason and code", async () => {
+    const { counters } = await client.getStatus({});
+    const decisions = Object.values(counters).reduce((sum, n) => sum + n, 0n);
+    const audit = auditLines(cluster);
+    assert.equal(BigInt(audit.length), decisions);
+    const rejected = audit.filter((entry) => entry.outcome === "rejected");
+    assert.ok(rejected.length >= 15, `${rejected.length} rejections`);
+    for (const entry of rejected) {
+      assert.equal(typeof entry.reason, "string");
+      assert.ok(["InvalidArgument", "PermissionDenied", "ResourceExhausted"].includes(String(entry.code)));
+      if (entry.reason !== "identity") assert.equal(entry.nodeName, undefined, "no node name before the CSR is accepted");
+    }
+    const reasons = new Set(rejected.map((entry) => entry.reason));
+    for (
+      const reason of ["evidence-missing", "nonce-replayed", "report-data-mismatch", "measurement-mismatch"]
+    ) {
+      assert.ok(reasons.has(reason), `${reason} in ${[...reasons]}`);
+    }
+  });
+
+  await t.step(
+    "rate limit: the third ticket of a peer within its burst of 2 is ResourceExhausted",
+    async () => {
+      const limited = await cluster.startJoinService({
+        flags: ["--rate-per-peer", "0.01", "--burst-per-peer", "2"],
+      });
+      try {
+        for (const nodeName of ["worker-a", "worker-b"]) {
+          await cluster.requestTicket({ diskUuid: crypto.randomUUID(), nodeName, service: limited });
+        }
+        await assertRejected(
+          cluster,
+          () =>
+            cluster.requestTicket({ diskUuid: crypto.randomUUID(), nodeName: "worker-c", service: limited }),
+          Code.ResourceExhausted,
+          /rate limit exceeded for this peer/,
+        );
+      } finally {
+        assert.equal((await limited.stop()).code, 0);
+      }
+    },
+  );
+});
+
+/** The audit lines of the cluster's join service. */
+function auditLines(cluster: JoinCluster): Record<string, unknown>[] {
+  return cluster.joinService.process.stderrLines.map((line) => JSON.parse(line)).filter((entry) =>
+    entry.log === "audit"
+  );
+}
+
+function digestOf(config: AttestationConfigJson): string {
+  return measurementsDigest(parseMeasurements(config.measurements));
+}
