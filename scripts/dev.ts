@@ -18,25 +18,26 @@ const salt = `${dir}/salt`;
 await Deno.writeFile(masterSecret, crypto.getRandomValues(new Uint8Array(32)), { mode: 0o600 });
 await Deno.writeFile(salt, crypto.getRandomValues(new Uint8Array(32)), { mode: 0o600 });
 
-const child = new Deno.Command(Deno.execPath(), {
-  args: [
-    "run",
-    "-P=key-service",
-    "--no-prompt",
-    `--allow-read=${dir}`,
-    "src/keyservice/main.ts",
-    "--listen-address=127.0.0.1",
-    `--port=${values.port}`,
-    `--master-secret=${masterSecret}`,
-    `--salt=${salt}`,
-  ],
-  stdout: "inherit",
-  stderr: "inherit",
-  env: { NO_COLOR: "1" },
-  clearEnv: true,
-}).spawn();
+try {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-P=key-service",
+      "--no-prompt",
+      `--allow-read=${dir}`,
+      "src/keyservice/main.ts",
+      "--listen-address=127.0.0.1",
+      `--port=${values.port}`,
+      `--master-secret=${masterSecret}`,
+      `--salt=${salt}`,
+    ],
+    stdout: "inherit",
+    stderr: "inherit",
+    env: { NO_COLOR: "1" },
+    clearEnv: true,
+  }).spawn();
 
-console.log(`
+  console.log(`
 Key service (development master secret, generated for this run) on 127.0.0.1:${values.port}.
 Derive a key, e.g. a 32-byte state-disk key for a disk UUID:
 
@@ -47,9 +48,11 @@ Derive a key, e.g. a 32-byte state-disk key for a disk UUID:
 Press Ctrl-C to stop; the development secret is deleted on exit.
 `);
 
-const stop = () => child.kill("SIGTERM");
-Deno.addSignalListener("SIGINT", stop);
-Deno.addSignalListener("SIGTERM", stop);
-const status = await child.status;
-await Deno.remove(dir, { recursive: true });
-Deno.exit(status.code);
+  const stop = () => child.kill("SIGTERM");
+  Deno.addSignalListener("SIGINT", stop);
+  Deno.addSignalListener("SIGTERM", stop);
+  const status = await child.status;
+  Deno.exitCode = status.code;
+} finally {
+  await Deno.remove(dir, { recursive: true });
+}
