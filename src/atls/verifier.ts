@@ -6,14 +6,16 @@
  * @module
  */
 import { create } from "@bufbuild/protobuf";
-import { AttestationError, type Validator, type Verification } from "../attestation/attestation.ts";
+import {
+  AttestationError,
+  MAX_EVIDENCE_DOCUMENT_BYTES,
+  type Validator,
+  type Verification,
+} from "../attestation/attestation.ts";
 import { type AttestedRequest, type Sealed, SealedSchema } from "../gen/atls/v1/atls_pb.ts";
 import { ExchangeError } from "./errors.ts";
 import { PUBLIC_KEY_LENGTH, seal } from "./hpke.ts";
 import { computeReportData, type Purpose, sealInfo } from "./reportdata.ts";
-
-/** Default cap on the size of an attestation document: 64 KiB. */
-export const DEFAULT_MAX_DOCUMENT_BYTES = 64 * 1024;
 
 /** Largest nonce accepted before the nonce checker looks at it; larger input is malformed by any format. */
 export const MAX_NONCE_BYTES = 256;
@@ -36,7 +38,7 @@ export interface VerifyAttestedRequestOptions {
   validator: Validator;
   /** Checks and consumes the nonce. */
   nonces: NonceConsumer;
-  /** Cap on the evidence document size; default 64 KiB. */
+  /** Cap on the evidence document size; default {@linkcode MAX_EVIDENCE_DOCUMENT_BYTES} (64 KiB), which issuers stay within. */
   maxDocumentBytes?: number;
   /** Aborts a validation in progress. */
   signal?: AbortSignal;
@@ -79,7 +81,7 @@ export async function verifyAttestedRequest(options: VerifyAttestedRequestOption
       `public key must be ${PUBLIC_KEY_LENGTH} bytes (X25519), got ${attestation.publicKey.length}`,
     );
   }
-  const maxDocumentBytes = options.maxDocumentBytes ?? DEFAULT_MAX_DOCUMENT_BYTES;
+  const maxDocumentBytes = options.maxDocumentBytes ?? MAX_EVIDENCE_DOCUMENT_BYTES;
   if (evidence.document.length === 0 || evidence.document.length > maxDocumentBytes) {
     throw new ExchangeError(
       "evidence-malformed",

@@ -13,6 +13,13 @@
 /** Length of the report data bound into evidence (TPM `extraData`). */
 export const REPORT_DATA_LENGTH = 32;
 
+/**
+ * Largest attestation document of any variant (64 KiB): the verifier rejects
+ * larger ones before looking at them, validators refuse to parse them, and
+ * issuers keep what they send within it.
+ */
+export const MAX_EVIDENCE_DOCUMENT_BYTES = 64 * 1024;
+
 /** Produces evidence. */
 export interface Issuer {
   /** Variant name, e.g. "qemu-vtpm". */
@@ -112,7 +119,9 @@ export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
 /**
  * Which attestation keys a TPM validator trusts: an allow-list of key
  * digests (lower-case hex SHA-256, see the TPM variant's docs), or any key,
- * which is an explicit, logged choice (the original's QEMU behaviour).
+ * which is an explicit, logged choice (the original's QEMU behaviour) and
+ * insecure: the key's TPM attributes are self-declared, so any software key
+ * can then sign evidence that passes, without a TPM.
  */
 export type AkTrust =
   | { kind: "allow-list"; keyDigests: ReadonlySet<string> }

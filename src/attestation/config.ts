@@ -14,11 +14,21 @@
  * `akTrust` is either `{"allowedKeyDigests": [...]}` (lower-case or upper-case
  * hex SHA-256 digests of the attestation keys, as the TPM variant defines
  * them) or `{"trustAnyKey": true}`, the original's unconditional QEMU trust,
- * which must be chosen explicitly. It is required for `qemu-vtpm`; for
- * `dummy`, which has no keys, it is checked for shape if present and
- * otherwise unused. `measurements` is required and non-empty for `qemu-vtpm`
- * (an empty map would accept any boot chain); it is optional for `dummy`,
- * which never checks measurements.
+ * which must be chosen explicitly and is INSECURE: any software key then
+ * passes, so anyone can forge evidence without a TPM (see
+ * `tpm/validator.ts`). It is required for `qemu-vtpm`; for `dummy`, which
+ * has no keys, it is checked for shape if present and otherwise unused.
+ *
+ * `measurements` is optional for `dummy`, which never checks them. For
+ * `qemu-vtpm` they must be usable, and this parser is the one place that
+ * checks it (the validator compares whatever map it is given):
+ * - at least one measurement, and at least one of them enforced: an empty or
+ *   all-`warnOnly` map would accept any boot chain;
+ * - only 32-byte values (SHA-256 PCRs; 48-byte TDX values could never match);
+ * - only PCRs 0–15, the PCRs the issuer quotes: any other index is never
+ *   reported, so it could never match (enforced, it would reject every node).
+ *
+ * Each error names the offending key.
  *
  * Parsing is strict: unknown fields, wrong types and malformed values are
  * errors naming the field. The file's variant must equal the variant the
@@ -30,6 +40,9 @@ import type { AkTrust, Measurements } from "./attestation.ts";
 import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
 import { knownVariants, UnknownVariantError } from "./registry.ts";
 import { DUMMY_VARIANT } from "./dummy.ts";
+import { QEMU_VTPM_VARIANT } from "./tpm/validator.ts";
+import { QUOTED_PCRS } from "./tpm/issuer.ts";
+import { SHA256_PCR_LENGTH } from "./tpm/document.ts";
 
 /** A parsed attestation config. */
 export interface AttestationConfig {
@@ -126,12 +139,41 @@ export function parseAttestationConfig(
   if (variant !== DUMMY_VARIANT && measurements.size === 0) {
     fail(`measurements are empty: a ${variant} config must list at least one expected measurement`);
   }
+  if (variant === QEMU_VTPM_VARIANT) checkTpmMeasurements(variant, measurements, fail);
 
   let akTrust: AkTrust | undefined;
   if ("akTrust" in value) akTrust = parseAkTrust(value.akTrust, fail);
   if (variant === DUMMY_VARIANT) return { variant, measurements, akTrust: { kind: "any" } };
   if (akTrust === undefined) return fail(`akTrust is missing: ${AK_TRUST_HINT}`);
   return { variant, measurements, akTrust };
+}
+
+/** The `qemu-vtpm` rules on measurements (see the module docs). */
+function checkTpmMeasurements(
+  variant: string,
+  measurements: Measurements,
+  fail: (message: string) => never,
+): void {
+  const first = QUOTED_PCRS[0];
+  const last = QUOTED_PCRS[QUOTED_PCRS.length - 1];
+  for (const [index, measurement] of measurements) {
+    if (measurement.expected.length !== SHA256_PCR_LENGTH) {
+      fail(
+        `measurement "${index}": expected is ${measurement.expected.length} bytes, but ${variant} measurements are SHA-256 PCR values of ${SHA256_PCR_LENGTH} bytes`,
+      );
+    }
+    if (!QUOTED_PCRS.includes(index)) {
+      fail(
+        `measurement "${index}": ${variant} evidence reports PCRs ${first} to ${last} only, so PCR ${index} could never match`,
+      );
+    }
+  }
+  if ([...measurements.values()].every((measurement) => measurement.warnOnly)) {
+    const keys = [...measurements.keys()].map((index) => `"${index}"`).join(", ");
+    fail(
+      `measurements ${keys} are all warnOnly: a ${variant} config must enforce at least one measurement, or any boot chain is accepted`,
+    );
+  }
 }
 
 function parseAkTrust(value: unknown, fail: (message: string) => never): AkTrust {

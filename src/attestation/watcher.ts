@@ -8,7 +8,18 @@
  * ..data/attestationConfig`), which no watch on the old file would see.
  * Watching the directory also sees plain writes and rename-over. Bursts of
  * events are debounced, then the file is re-read; content equal to the last
- * read is ignored (events for other files in the directory).
+ * read is ignored (events for other files in the directory), and so is a
+ * read failing the same way as the last one.
+ *
+ * A watch can stop: the iterator ends or throws, or the directory itself is
+ * removed or renamed, after which the kernel reports nothing more. The
+ * watcher then logs it and re-arms the watch with bounded exponential
+ * backoff (0.1 s doubling to 30 s, back to 0.1 s once a watch delivers
+ * events), re-reading the file after each re-arm for changes made while
+ * unwatched. Some changes reach no watch at all (a file system mounted over
+ * the directory, a symlinked directory swapped), so the file is also re-read
+ * every `pollIntervalMs` (default 30 s) as a safety net; unchanged content
+ * makes that a no-op.
  *
  * A valid, changed config swaps in a new validator and bumps the generation;
  * an invalid one is logged and the last good config and validator stay.
@@ -20,7 +31,7 @@
  *
  * @module
  */
-import { dirname } from "node:path";
+import { dirname, resolve } from "node:path";
 import type { Validator } from "./attestation.ts";
 import {
   type AkTrustDiff,
@@ -66,6 +77,8 @@ export interface AttestationConfigWatcherOptions {
   signal?: AbortSignal;
   /** Quiet time after a file event before re-reading, in ms; default 100. */
   debounceMs?: number;
+  /** Interval of the safety-net re-read, in ms, whatever the watch reports; default 30,000. */
+  pollIntervalMs?: number;
 }
 
 interface Waiter {
@@ -75,18 +88,26 @@ interface Waiter {
 }
 
 const DEFAULT_DEBOUNCE_MS = 100;
+const DEFAULT_POLL_INTERVAL_MS = 30_000;
+/** First and largest wait before re-arming a stopped watch. */
+const REARM_MIN_DELAY_MS = 100;
+const REARM_MAX_DELAY_MS = 30_000;
 
 /** Watches the attestation config file and swaps validators when it changes. */
 export class AttestationConfigWatcher {
   readonly #options: AttestationConfigWatcherOptions;
   readonly #logger: Logger;
-  readonly #fsWatcher: Deno.FsWatcher;
+  /** The watch in force; undefined while it is being re-armed. */
+  #fsWatcher: Deno.FsWatcher | undefined;
+  readonly #pollTimer: ReturnType<typeof setInterval>;
   readonly #abort = new AbortController();
   readonly #waiters = new Set<Waiter>();
   readonly #watching: Promise<void>;
   #state: AttestationState;
   #lastText: string | undefined;
   #lastAttemptFailed = false;
+  /** Message of the last failed read, until a read succeeds: repeating it is not news. */
+  #lastReadError: string | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #reloading: Promise<void> | undefined;
   #eventsDuringReload = false;
@@ -104,7 +125,8 @@ export class AttestationConfigWatcher {
     this.#state = state;
     this.#lastText = text;
     options.signal?.addEventListener("abort", this.#onAbort, { once: true });
-    this.#watching = this.#watch();
+    this.#pollTimer = setInterval(() => this.#schedule(), options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS);
+    this.#watching = this.#watch(fsWatcher);
   }
 
   /**
@@ -195,8 +217,9 @@ export class AttestationConfigWatcher {
     this.#options.signal?.removeEventListener("abort", this.#onAbort);
     clearTimeout(this.#timer);
     this.#timer = undefined;
+    clearInterval(this.#pollTimer);
     this.#abort.abort();
-    this.#fsWatcher.close();
+    if (this.#fsWatcher) closeQuietly(this.#fsWatcher);
     for (const waiter of this.#waiters) waiter.reject(closedError());
     this.#waiters.clear();
     await this.#watching;
@@ -207,16 +230,77 @@ export class AttestationConfigWatcher {
     void this.close();
   };
 
-  async #watch(): Promise<void> {
-    try {
-      for await (const _event of this.#fsWatcher) this.#schedule();
-    } catch (error) {
+  /** Follows the watch, re-arming it whenever it stops, until the watcher closes. */
+  async #watch(fsWatcher: Deno.FsWatcher): Promise<void> {
+    const { path } = this.#options;
+    const directory = resolve(dirname(path));
+    let current: Deno.FsWatcher | undefined = fsWatcher;
+    let delay = REARM_MIN_DELAY_MS;
+    while (!this.#closing) {
+      if (current === undefined) {
+        await this.#sleep(delay);
+        if (this.#closing) return;
+        const waited = delay;
+        delay = Math.min(2 * delay, REARM_MAX_DELAY_MS);
+        try {
+          current = Deno.watchFs(directory, { recursive: false });
+        } catch (error) {
+          this.#logger.warn("cannot re-arm the attestation config watch; retrying", {
+            path,
+            error,
+            retryInMs: delay,
+          });
+          continue;
+        }
+        this.#fsWatcher = current;
+        this.#logger.info("attestation config watch re-armed", { path, afterMs: waited });
+        this.#schedule(); // changes made while nothing watched would be missed otherwise
+      }
+      const stopped = await this.#follow(current, directory, () => (delay = REARM_MIN_DELAY_MS));
+      closeQuietly(current);
+      this.#fsWatcher = current = undefined;
       if (this.#closing) return;
-      this.#logger.error("attestation config watch failed; changes to the file are no longer applied", {
-        path: this.#options.path,
-        error,
+      this.#logger.warn("attestation config watch stopped; re-arming it", {
+        path,
+        reason: stopped,
+        retryInMs: delay,
       });
     }
+  }
+
+  /**
+   * Schedules a reload per event until the watch stops, and says why it
+   * stopped. A removed or renamed directory stops it too: the kernel drops
+   * the watch, but the iterator would just stay silent.
+   */
+  async #follow(fsWatcher: Deno.FsWatcher, directory: string, onEvent: () => void): Promise<string> {
+    try {
+      for await (const event of fsWatcher) {
+        this.#schedule();
+        if (event.kind === "remove" && event.paths.includes(directory)) {
+          return "the directory was removed or renamed";
+        }
+        onEvent();
+      }
+      return "the watch ended";
+    } catch (error) {
+      return `the watch failed: ${(error as Error).message}`;
+    }
+  }
+
+  /** Waits `ms`, or less if the watcher closes. */
+  #sleep(ms: number): Promise<void> {
+    const signal = this.#abort.signal;
+    if (signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener("abort", done, { once: true });
+    });
   }
 
   /** Coalesces a burst of events into one reload, and events during a reload into one more. */
@@ -247,8 +331,12 @@ export class AttestationConfigWatcher {
     } catch (error) {
       if (this.#closing) return;
       this.#lastText = undefined;
+      const message = (error as Error).message;
+      if (message === this.#lastReadError) return;
+      this.#lastReadError = message;
       return this.#reportFailure(error as Error);
     }
+    this.#lastReadError = undefined;
     if (this.#closing || text === this.#lastText) return;
     this.#lastText = text;
 
@@ -344,6 +432,15 @@ function describe(state: AttestationState): Record<string, unknown> {
     akTrust: config.akTrust.kind,
     trustedKeys: config.akTrust.kind === "allow-list" ? config.akTrust.keyDigests.size : undefined,
   };
+}
+
+/** Closes a watch that may already be closed (ending its iterator closes it too). */
+function closeQuietly(fsWatcher: Deno.FsWatcher): void {
+  try {
+    fsWatcher.close();
+  } catch {
+    // Already closed.
+  }
 }
 
 function closedError(): Error {

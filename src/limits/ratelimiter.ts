@@ -43,6 +43,11 @@ export class RateLimiter {
     this.#global = { tokens: options.global.burst, updated: options.clock.now() };
   }
 
+  /** How many peers have a bucket now; never more than `maxPeers`. */
+  get trackedPeers(): number {
+    return this.#peers.size;
+  }
+
   /**
    * Takes one token for `peer` and one global token. Returns null when
    * admitted, or the scope whose limit refused it (nothing is taken then).

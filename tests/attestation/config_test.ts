@@ -63,6 +63,29 @@ Deno.test("a qemu-vtpm config with an AK allow-list", () => {
   assert.deepEqual([...config.akTrust.keyDigests].sort(), [KEY1, KEY2]);
 });
 
+Deno.test("a qemu-vtpm config may enforce one PCR of 0–15 and warn on others", () => {
+  const measurements = {
+    "0": { expected: A32, warnOnly: true },
+    "15": { expected: "00".repeat(32), warnOnly: false },
+    "7": { expected: A32, warnOnly: true },
+  };
+  const config = parseAttestationConfig(
+    JSON.stringify({ variant: "qemu-vtpm", measurements, akTrust: { allowedKeyDigests: [KEY1] } }),
+    { variant: "qemu-vtpm" },
+  );
+  assert.deepEqual([...config.measurements.keys()], [0, 7, 15]);
+  assert.deepEqual([...config.measurements.values()].map((m) => m.warnOnly), [true, true, false]);
+  // The TPM rules are qemu-vtpm's: a dummy config keeps any valid map (it never checks measurements).
+  const dummy = parseAttestationConfig(
+    JSON.stringify({
+      variant: "dummy",
+      measurements: { "20": { expected: "bb".repeat(48), warnOnly: true } },
+    }),
+    { variant: "dummy" },
+  );
+  assert.deepEqual([...dummy.measurements.keys()], [20]);
+});
+
 Deno.test("a qemu-vtpm config that trusts any key explicitly", () => {
   const config = parseAttestationConfig(qemu({ akTrust: { trustAnyKey: true } }), { variant: "qemu-vtpm" });
   assert.deepEqual(config.akTrust, { kind: "any" });
@@ -218,6 +241,50 @@ Deno.test("invalid attestation configs are rejected with errors naming the field
       "qemu-vtpm",
       "invalid-config",
       "attestation config: measurements are empty: a qemu-vtpm config must list at least one expected measurement",
+    ],
+    [
+      "qemu-vtpm measurements that are all warnOnly",
+      JSON.stringify({
+        variant: "qemu-vtpm",
+        measurements: { "4": { expected: A32, warnOnly: true }, "9": { expected: A32, warnOnly: true } },
+        akTrust: { trustAnyKey: true },
+      }),
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: measurements "4", "9" are all warnOnly: a qemu-vtpm config must enforce at least one measurement, or any boot chain is accepted',
+    ],
+    [
+      "qemu-vtpm measurement of 48 bytes (a TDX value)",
+      JSON.stringify({
+        variant: "qemu-vtpm",
+        measurements: { "0": "bb".repeat(48), "4": "cc".repeat(48) },
+        akTrust: { trustAnyKey: true },
+      }),
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: measurement "0": expected is 48 bytes, but qemu-vtpm measurements are SHA-256 PCR values of 32 bytes',
+    ],
+    [
+      "qemu-vtpm enforced measurement of a PCR the issuer does not quote",
+      JSON.stringify({
+        variant: "qemu-vtpm",
+        measurements: { "4": A32, "16": A32 },
+        akTrust: { trustAnyKey: true },
+      }),
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: measurement "16": qemu-vtpm evidence reports PCRs 0 to 15 only, so PCR 16 could never match',
+    ],
+    [
+      "qemu-vtpm warn-only measurement of PCR 23",
+      JSON.stringify({
+        variant: "qemu-vtpm",
+        measurements: { "4": A32, "23": { expected: A32, warnOnly: true } },
+        akTrust: { allowedKeyDigests: [KEY1] },
+      }),
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: measurement "23": qemu-vtpm evidence reports PCRs 0 to 15 only, so PCR 23 could never match',
     ],
     [
       "invalid measurement",

@@ -3,7 +3,12 @@
  * by the pure-TypeScript validator.
  */
 import assert from "node:assert/strict";
-import { AttestationError, type Measurement, toHex } from "../../src/attestation/attestation.ts";
+import {
+  AttestationError,
+  MAX_EVIDENCE_DOCUMENT_BYTES,
+  type Measurement,
+  toHex,
+} from "../../src/attestation/attestation.ts";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { extendPcr15, readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { runLoadingTpmTool } from "../../src/attestation/tpm/tools.ts";
@@ -135,11 +140,9 @@ for (const keyAlgorithm of ["ecc", "rsa"] as const) {
 Deno.test("tpm issuer: keys live in a private temporary directory removed by close", async () => {
   const swtpm = await startSwtpm();
   const tmp = await Deno.makeTempDir({ prefix: "tpm-issuer-tmp-" });
-  const previous = Deno.env.get("TMPDIR");
   let issuer: TpmIssuer | undefined;
   try {
-    Deno.env.set("TMPDIR", tmp);
-    issuer = await TpmIssuer.create({ tcti: swtpm.tcti, logger: silentLogger, eventLogPath: null });
+    issuer = await TpmIssuer.create({ tcti: swtpm.tcti, logger: silentLogger, tempDir: tmp });
     const entries = await Array.fromAsync(Deno.readDir(tmp));
     assert.equal(entries.length, 1);
     const stat = await Deno.stat(`${tmp}/${entries[0].name}`);
@@ -149,8 +152,6 @@ Deno.test("tpm issuer: keys live in a private temporary directory removed by clo
     assert.deepEqual(await Array.fromAsync(Deno.readDir(tmp)), []);
     await assert.rejects(issuer.issue(randomReportData()), /closed/);
   } finally {
-    if (previous === undefined) Deno.env.delete("TMPDIR");
-    else Deno.env.set("TMPDIR", previous);
     await issuer?.close();
     await Deno.remove(tmp, { recursive: true });
     await swtpm.stop();
@@ -218,22 +219,64 @@ Deno.test("tpm issuer: a PCR extended between quote and read makes it quote agai
   }
 });
 
-Deno.test("tpm issuer: includes a readable event log", async () => {
+Deno.test("tpm issuer: sends no event log unless asked, and a requested small one as is", async () => {
   const swtpm = await startSwtpm();
   const dir = await Deno.makeTempDir();
   const eventLog = crypto.getRandomValues(new Uint8Array(3000));
   await Deno.writeFile(`${dir}/binary_bios_measurements`, eventLog);
-  const issuer = await TpmIssuer.create({
+  const withoutLog = await TpmIssuer.create({ tcti: swtpm.tcti, logger: silentLogger });
+  const withLog = await TpmIssuer.create({
     tcti: swtpm.tcti,
     logger: silentLogger,
     eventLogPath: `${dir}/binary_bios_measurements`,
   });
   try {
+    const validator = await strictValidator(swtpm.tcti, withLog.keyDigest);
     const reportData = randomReportData();
-    const document = await issuer.issue(reportData);
+
+    const plain = await withoutLog.issue(reportData);
+    assert.equal(JSON.parse(new TextDecoder().decode(plain)).eventLog, undefined);
+    await validator.validate(plain, reportData);
+
+    const document = await withLog.issue(reportData);
     const json = JSON.parse(new TextDecoder().decode(document));
     assert.deepEqual(Uint8Array.fromBase64(json.eventLog), eventLog);
-    await (await strictValidator(swtpm.tcti, issuer.keyDigest)).validate(document, reportData);
+    await validator.validate(document, reportData);
+  } finally {
+    await withoutLog.close();
+    await withLog.close();
+    await Deno.remove(dir, { recursive: true });
+    await swtpm.stop();
+  }
+});
+
+Deno.test("tpm issuer: an event log that would push the document over the limit is dropped with a warning", async () => {
+  // Larger than a real machine's log (~47 KiB and up), and far over the limit once in base64.
+  const eventLog = new Uint8Array(200 * 1024).map((_, i) => (i * 31) % 251);
+  const swtpm = await startSwtpm();
+  const dir = await Deno.makeTempDir();
+  await Deno.writeFile(`${dir}/binary_bios_measurements`, eventLog);
+  const { logger, lines } = capturingLogger();
+  const issuer = await TpmIssuer.create({
+    tcti: swtpm.tcti,
+    logger,
+    eventLogPath: `${dir}/binary_bios_measurements`,
+  });
+  try {
+    const reportData = randomReportData();
+    const document = await issuer.issue(reportData);
+    assert.ok(document.length <= MAX_EVIDENCE_DOCUMENT_BYTES, `${document.length} bytes`);
+    assert.equal(JSON.parse(new TextDecoder().decode(document)).eventLog, undefined);
+    const result = await (await strictValidator(swtpm.tcti, issuer.keyDigest)).validate(document, reportData);
+    assert.equal(result.keyDigest, issuer.keyDigest);
+    const warning = lines.find((line) =>
+      line.msg === "event log too large to send; this quote goes without it"
+    );
+    assert.ok(warning, "the dropped event log is logged");
+    assert.equal(warning.level, "warn");
+    assert.equal(warning.eventLogBytes, eventLog.length);
+    assert.equal(warning.maxDocumentBytes, MAX_EVIDENCE_DOCUMENT_BYTES);
+    assert.ok(Number(warning.documentBytes) > MAX_EVIDENCE_DOCUMENT_BYTES);
   } finally {
     await issuer.close();
     await Deno.remove(dir, { recursive: true });

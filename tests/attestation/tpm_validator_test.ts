@@ -7,11 +7,16 @@ import {
   type AkTrust,
   AttestationError,
   type AttestationFailure,
+  MAX_EVIDENCE_DOCUMENT_BYTES,
   type Measurement,
   toHex,
 } from "../../src/attestation/attestation.ts";
-import { MAX_DOCUMENT_BYTES } from "../../src/attestation/tpm/document.ts";
-import { akDigest, QEMU_VTPM_VARIANT, TpmValidator } from "../../src/attestation/tpm/validator.ts";
+import {
+  akDigest,
+  QEMU_VTPM_VARIANT,
+  TpmValidator,
+  TRUST_ANY_KEY_WARNING,
+} from "../../src/attestation/tpm/validator.ts";
 import { createLogger, type Logger, silentLogger } from "../../src/log/logger.ts";
 import eccFixture from "../fixtures/tpm/ecc.json" with { type: "json" };
 import rsaFixture from "../fixtures/tpm/rsa.json" with { type: "json" };
@@ -283,16 +288,27 @@ for (const [scheme, fixture] of FIXTURES) {
   });
 }
 
-Deno.test("tpm validator: any-key trust is logged as a warning at construction", () => {
+Deno.test("tpm validator: any-key trust is logged as insecure at construction and on each verification", async () => {
   const any = capturingLogger();
-  validator({ logger: any.logger });
-  assert.ok(
-    any.lines.some((line) =>
-      line.level === "warn" && String(line.msg).includes("trusting any attestation key")
-    ),
-  );
+  const anyKey = validator({ logger: any.logger });
+  const insecure = () =>
+    any.lines.filter((line) => line.level === "warn" && line.msg === TRUST_ANY_KEY_WARNING);
+  assert.equal(insecure().length, 1);
+  assert.ok(TRUST_ANY_KEY_WARNING.startsWith("INSECURE: trustAnyKey accepts evidence signed by any key"));
+  await anyKey.validate(encode(eccFixture.document), fromHex(eccFixture.reportData));
+  await anyKey.validate(encode(rsaFixture.document), fromHex(rsaFixture.reportData));
+  assert.deepEqual(insecure().map((line) => line.keyDigest), [
+    undefined,
+    eccFixture.akDigest,
+    rsaFixture.akDigest,
+  ]);
+
   const allowList = capturingLogger();
-  validator({ logger: allowList.logger, akTrust: { kind: "allow-list", keyDigests: new Set() } });
+  const listed = validator({
+    logger: allowList.logger,
+    akTrust: { kind: "allow-list", keyDigests: new Set([eccFixture.akDigest]) },
+  });
+  await listed.validate(encode(eccFixture.document), fromHex(eccFixture.reportData));
   assert.deepEqual(allowList.lines, []);
 });
 
@@ -362,7 +378,7 @@ Deno.test("tpm validator: garbage and wrongly typed documents are malformed with
     ["pcrs key -1", encode({ ...good, pcrs: { ...goodPcrs, "-1": "00".repeat(32) } }), 'key "-1" is not'],
     ["pcrs key 01", encode({ ...good, pcrs: { ...goodPcrs, "01": "00".repeat(32) } }), 'key "01" is not'],
     ["eventLog number", encode({ ...good, eventLog: 7 }), '"eventLog" must be a base64 string'],
-    ["oversized", new Uint8Array(MAX_DOCUMENT_BYTES + 1).fill(0x20), "more than the 1048576 allowed"],
+    ["oversized", new Uint8Array(MAX_EVIDENCE_DOCUMENT_BYTES + 1).fill(0x20), "more than the 65536 allowed"],
   ];
   for (const [name, document, fragment] of cases) {
     const error = await assertRejected(

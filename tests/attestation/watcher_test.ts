@@ -5,9 +5,9 @@ import {
 } from "../../src/attestation/watcher.ts";
 import { AttestationConfigError } from "../../src/attestation/config.ts";
 import { measurementsDigest, parseMeasurements } from "../../src/attestation/measurements.ts";
-import { DummyIssuer } from "../../src/attestation/dummy.ts";
-import type { Validator } from "../../src/attestation/attestation.ts";
+import { AttestationError, type Validator, type Verification } from "../../src/attestation/attestation.ts";
 import { createLogger, silentLogger } from "../../src/log/logger.ts";
+import eccFixture from "../fixtures/tpm/ecc.json" with { type: "json" };
 
 const DEBOUNCE_MS = 20;
 const KEY1 = "11".repeat(32);
@@ -373,47 +373,175 @@ Deno.test("aborting the start signal closes the watcher; aborting a wait rejects
   });
 });
 
-Deno.test("validations run concurrently across a reload and all complete", async () => {
+/**
+ * A validator that holds every validation until `open` is called: the
+ * validations are still in flight when the config is swapped.
+ */
+class SlowValidator implements Validator {
+  readonly #inner: Validator;
+  readonly #gate: Promise<void>;
+
+  constructor(inner: Validator, gate: Promise<void>) {
+    this.#inner = inner;
+    this.#gate = gate;
+  }
+
+  get variant(): string {
+    return this.#inner.variant;
+  }
+
+  async validate(document: Uint8Array, reportData: Uint8Array): Promise<Verification> {
+    await this.#gate;
+    return await this.#inner.validate(document, reportData);
+  }
+}
+
+Deno.test("validations in flight across a reload finish with the validator they started with", async () => {
   await withConfigDir(async (_dir, path) => {
-    await Deno.writeTextFile(path, dummyConfig("aa"));
-    const watcher = await start({ path });
+    // The swapped config rejects the fixture's PCR 4, so a verdict shows which config judged it.
+    const config = (pcr4: string) =>
+      JSON.stringify({
+        variant: "qemu-vtpm",
+        measurements: { "4": pcr4 },
+        akTrust: { allowedKeyDigests: [eccFixture.akDigest] },
+      });
+    await Deno.writeTextFile(path, config(eccFixture.pcrs["4"]));
+    const watcher = await start({ path, variant: "qemu-vtpm" });
     try {
-      const issuer = new DummyIssuer(silentLogger);
-      const reportData = crypto.getRandomValues(new Uint8Array(32));
-      const evidence = await issuer.issue(reportData);
-      const inFlight: Promise<{ generation: number; validator: Validator; variant: string }>[] = [];
-      const validate = () => {
-        // Each call takes the validator in force when it starts, as the join service does.
+      const document = new TextEncoder().encode(JSON.stringify(eccFixture.document));
+      const reportData = Uint8Array.fromHex(eccFixture.reportData);
+      const gate = Promise.withResolvers<void>();
+      let settled = 0;
+      /** Takes the validator in force when the call starts, as the join service does for each request. */
+      const validate = async () => {
         const { validator, generation } = watcher.current();
-        inFlight.push(
-          validator.validate(evidence, reportData).then((v) => ({
-            generation,
-            validator,
-            variant: v.variant,
-          })),
-        );
+        const slow = new SlowValidator(validator, gate.promise);
+        try {
+          await slow.validate(document, reportData);
+          return { generation, outcome: "accepted" };
+        } catch (error) {
+          return { generation, outcome: error instanceof AttestationError ? error.reason : String(error) };
+        } finally {
+          settled++;
+        }
       };
 
-      const first = watcher.current().validator;
-      for (let i = 0; i < 200; i++) validate();
-      let reloaded = false;
-      const reload = watcher.reloaded(1, { signal: timeout() }).then(() => (reloaded = true));
-      await Deno.writeTextFile(path, dummyConfig("bb"));
-      while (!reloaded) {
-        validate();
-        await new Promise((resolve) => setTimeout(resolve, 1));
-      }
-      await reload;
-      for (let i = 0; i < 200; i++) validate();
+      const before = Array.from({ length: 50 }, validate);
+      await Deno.writeTextFile(path, config("ab".repeat(32)));
+      assert.equal((await watcher.reloaded(1, { signal: timeout() })).generation, 2);
+      const after = Array.from({ length: 50 }, validate);
+      assert.equal(settled, 0, "every validation is still in flight after the swap");
 
-      const results = await Promise.all(inFlight);
-      assert.ok(results.length >= 400);
-      assert.ok(results.every((r) => r.variant === "dummy"));
-      const generations = new Set(results.map((r) => r.generation));
-      assert.deepEqual([...generations].sort(), [1, 2]);
-      // Validations of both generations used their own validator, and the old one still works after the swap.
-      assert.equal(new Set(results.map((r) => r.validator)).size, 2);
-      assert.equal((await first.validate(evidence, reportData)).variant, "dummy");
+      gate.resolve();
+      const [old, fresh] = await Promise.all([Promise.all(before), Promise.all(after)]);
+      assert.deepEqual(new Set(old.map((r) => `${r.generation} ${r.outcome}`)), new Set(["1 accepted"]));
+      assert.deepEqual(
+        new Set(fresh.map((r) => `${r.generation} ${r.outcome}`)),
+        new Set(["2 measurement-mismatch"]),
+      );
+    } finally {
+      await watcher.close();
+    }
+  });
+});
+
+const POLL_MS = 30;
+const NO_POLL_MS = 3_600_000;
+
+Deno.test("the periodic re-read applies a change no watch sees, and is a no-op while nothing changed", async () => {
+  await withConfigDir(async (dir, _path) => {
+    // The config directory is a symlink; swapping it changes the file without an event in the
+    // directory the watch follows (the old target), like a file system mounted over it.
+    await Deno.mkdir(`${dir}/v1`);
+    await Deno.writeTextFile(`${dir}/v1/attestationConfig`, dummyConfig("aa"));
+    await symlink("v1", `${dir}/config`);
+    const path = `${dir}/config/attestationConfig`;
+    const { logger, lines } = recordingLogger();
+    const changes: number[] = [];
+    const polled = await start({
+      path,
+      logger,
+      pollIntervalMs: POLL_MS,
+      onChange: (state) => changes.push(state.generation),
+    });
+    const unpolled = await start({ path, pollIntervalMs: NO_POLL_MS });
+    try {
+      // Ten re-reads of unchanged content change nothing and log nothing.
+      const logged = lines.length;
+      await new Promise((resolve) => setTimeout(resolve, 10 * POLL_MS));
+      assert.equal(polled.current().generation, 1);
+      assert.deepEqual(changes, []);
+      assert.deepEqual(lines.slice(logged), []);
+
+      await Deno.mkdir(`${dir}/v2`);
+      await Deno.writeTextFile(`${dir}/v2/attestationConfig`, dummyConfig("bb"));
+      await symlink("v2", `${dir}/config.tmp`);
+      await Deno.rename(`${dir}/config.tmp`, `${dir}/config`);
+      const state = await polled.reloaded(1, { signal: timeout() });
+      assert.equal(state.generation, 2);
+      assert.equal(state.config.measurements.get(4)!.expected[0], 0xbb);
+      assert.deepEqual(changes, [2]);
+      // Without the re-read the change stays unseen: the watch reports nothing.
+      await new Promise((resolve) => setTimeout(resolve, 10 * DEBOUNCE_MS));
+      assert.equal(unpolled.current().generation, 1);
+    } finally {
+      await polled.close();
+      await unpolled.close();
+    }
+  });
+});
+
+Deno.test("a file that stays unreadable is reported once, not at every re-read", async () => {
+  await withConfigDir(async (_dir, path) => {
+    await Deno.writeTextFile(path, dummyConfig("aa"));
+    const failures: Error[] = [];
+    const watcher = await start({ path, pollIntervalMs: POLL_MS, onReloadError: (e) => failures.push(e) });
+    try {
+      await Deno.remove(path);
+      await new Promise((resolve) => setTimeout(resolve, 10 * POLL_MS));
+      assert.equal(failures.length, 1);
+      assert.equal((failures[0] as AttestationConfigError).code, "unreadable");
+      await Deno.writeTextFile(path, dummyConfig("bb"));
+      assert.equal((await watcher.reloaded(1, { signal: timeout() })).generation, 2);
+    } finally {
+      await watcher.close();
+    }
+  });
+});
+
+Deno.test("a watch stopped by removing its directory is re-armed with backoff and delivers changes again", async () => {
+  await withConfigDir(async (dir, _path) => {
+    const configDir = `${dir}/config`;
+    const path = `${configDir}/attestationConfig`;
+    await Deno.mkdir(configDir);
+    await Deno.writeTextFile(path, dummyConfig("aa"));
+    const { logger, next } = recordingLogger();
+    // No periodic re-read: only a watch can deliver the last change.
+    const watcher = await start({ path, logger, pollIntervalMs: NO_POLL_MS });
+    try {
+      const stopped = next("attestation config watch stopped; re-arming it");
+      const retrying = next("cannot re-arm the attestation config watch; retrying");
+      await Deno.remove(configDir, { recursive: true });
+      assert.equal((await stopped).reason, "the directory was removed or renamed");
+      // The directory is still missing at the first attempt, so it retries after a longer wait.
+      const retry = await retrying;
+      assert.equal(retry.level, "warn");
+      assert.equal(retry.retryInMs, 200);
+
+      const rearmed = next("attestation config watch re-armed");
+      const recovered = next("attestation config is valid again and unchanged");
+      await Deno.mkdir(`${dir}/staging`);
+      await Deno.writeTextFile(`${dir}/staging/attestationConfig`, dummyConfig("aa"));
+      await Deno.rename(`${dir}/staging`, configDir);
+      assert.equal((await rearmed).afterMs, 200);
+      // The re-arm re-reads the file (changes while unwatched would be lost otherwise).
+      await recovered;
+      assert.equal(watcher.current().generation, 1);
+
+      await Deno.writeTextFile(path, dummyConfig("bb"));
+      const state = await watcher.reloaded(1, { signal: timeout() });
+      assert.equal(state.generation, 2);
+      assert.equal(state.config.measurements.get(4)!.expected[0], 0xbb);
     } finally {
       await watcher.close();
     }

@@ -272,7 +272,9 @@ Deno.test("the join service process rejects malformed and malicious requests wit
     for (const entry of rejected) {
       assert.equal(typeof entry.reason, "string");
       assert.ok(["InvalidArgument", "PermissionDenied", "ResourceExhausted"].includes(String(entry.code)));
-      if (entry.reason !== "identity") assert.equal(entry.nodeName, undefined, "no node name before the CSR is accepted");
+      if (entry.reason !== "identity") {
+        assert.equal(entry.nodeName, undefined, "no node name before the CSR is accepted");
+      }
     }
     const reasons = new Set(rejected.map((entry) => entry.reason));
     for (

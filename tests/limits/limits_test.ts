@@ -44,8 +44,17 @@ Deno.test("rate limiter stays bounded in peers tracked", () => {
     clock,
     maxPeers: 10,
   });
-  for (let i = 0; i < 1000; i++) assert.equal(limiter.take(`peer-${i}`), null);
+  for (let i = 0; i < 1000; i++) {
+    assert.equal(limiter.take(`peer-${i}`), null);
+    assert.equal(limiter.trackedPeers, Math.min(i + 1, 10));
+  }
   assert.equal(limiter.take("peer-999"), "peer", "the most recent peer is still tracked");
+  assert.equal(limiter.take("peer-0"), null, "the oldest peers were dropped, so peer-0 starts afresh");
+  assert.equal(limiter.trackedPeers, 10);
+  // Once every bucket has refilled it carries no state: a new peer drops them all.
+  clock.advance(1000);
+  assert.equal(limiter.take("peer-new"), null);
+  assert.equal(limiter.trackedPeers, 1);
 });
 
 Deno.test("work pool bounds concurrency and refuses beyond its queue", async () => {

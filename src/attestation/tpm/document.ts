@@ -1,6 +1,6 @@
 /**
  * The TPM attestation document: what a TPM issuer sends and a TPM validator
- * checks. It is UTF-8 JSON, at most {@linkcode MAX_DOCUMENT_BYTES} bytes:
+ * checks. It is UTF-8 JSON, at most {@linkcode MAX_EVIDENCE_DOCUMENT_BYTES} bytes:
  *
  * ```jsonc
  * {
@@ -18,7 +18,9 @@
  *   // the quoted PCR values of the SHA-256 bank: decimal index (0..23, no
  *   // leading zeros) → 64 hex digits; exactly the PCRs the quote selects
  *   "pcrs": { "0": "<hex>", "1": "<hex>", …, "15": "<hex>" },
- *   // optional: the raw TCG event log (binary_bios_measurements)
+ *   // optional, informational only: the raw TCG event log
+ *   // (binary_bios_measurements); not covered by the quote, never verified
+ *   // and ignored by the validator
  *   "eventLog": "<base64>"
  * }
  * ```
@@ -30,7 +32,7 @@
  *
  * @module
  */
-import { AttestationError, toHex } from "../attestation.ts";
+import { AttestationError, MAX_EVIDENCE_DOCUMENT_BYTES, toHex } from "../attestation.ts";
 import { TpmParseError } from "./reader.ts";
 import {
   MAX_PCR_INDEX,
@@ -42,10 +44,6 @@ import {
   type TpmSignature,
 } from "./structures.ts";
 
-/** Largest document accepted (1 MiB): far above a quote plus a firmware event log. */
-export const MAX_DOCUMENT_BYTES = 1 << 20;
-/** Largest event log an issuer includes, leaving room for base64 and the rest. */
-export const MAX_EVENT_LOG_BYTES = 512 * 1024;
 /** Length of a SHA-256 PCR value. */
 export const SHA256_PCR_LENGTH = 32;
 
@@ -60,7 +58,7 @@ export interface TpmDocumentFields {
   signature: Uint8Array;
   /** SHA-256 PCR values by index. */
   pcrs: ReadonlyMap<number, Uint8Array>;
-  /** Raw TCG event log, if any. */
+  /** Raw TCG event log, if any: unverified, informational only. */
   eventLog?: Uint8Array;
 }
 
@@ -74,6 +72,7 @@ export interface TpmEvidence {
   signature: TpmSignature;
   /** SHA-256 PCR values by index, ascending. */
   pcrs: Map<number, Uint8Array>;
+  /** The event log, if sent: unauthenticated (not covered by the quote), never trust it. */
   eventLog?: Uint8Array;
 }
 
@@ -99,8 +98,10 @@ export function encodeDocument(fields: TpmDocumentFields): Uint8Array<ArrayBuffe
  *   "wrong-variant" for a well-formed document of another variant
  */
 export function decodeDocument(document: Uint8Array, variant: string): TpmEvidence {
-  if (document.length > MAX_DOCUMENT_BYTES) {
-    throw malformed(`document is ${document.length} bytes, more than the ${MAX_DOCUMENT_BYTES} allowed`);
+  if (document.length > MAX_EVIDENCE_DOCUMENT_BYTES) {
+    throw malformed(
+      `document is ${document.length} bytes, more than the ${MAX_EVIDENCE_DOCUMENT_BYTES} allowed`,
+    );
   }
   let text: string;
   try {

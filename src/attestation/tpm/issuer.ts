@@ -39,20 +39,34 @@
  * more if a PCR was extended in between: honest nodes never send evidence
  * that fails verification.
  *
+ * **Event log.** The firmware's TCG event log is sent only when asked for
+ * (`eventLogPath`, e.g. {@linkcode DEFAULT_EVENT_LOG_PATH}). It is
+ * unverified, informational data: the quote does not cover it and the
+ * validator ignores it. A real machine's log is tens of KiB, so a document
+ * carrying it can outgrow {@linkcode MAX_EVIDENCE_DOCUMENT_BYTES}, which every
+ * verifier rejects; such a quote is sent without the log, with a warning.
+ *
  * **Permissions.** The issuer needs `--allow-run` for tpm2_createprimary,
  * tpm2_quote, tpm2_pcrread and tpm2_flushcontext; the PCR helpers in
  * `pcr.ts` need tpm2_pcrread (reading) and tpm2_pcrevent plus
  * tpm2_flushcontext (`extendPcr15`). It also needs `--allow-write` and
  * `--allow-read` for the temporary directory, and `--allow-read` for the
- * event log if one should be sent. A node that issues and extends PCR 15
+ * event log if one is sent. A node that issues and extends PCR 15
  * thus runs with
  * `--allow-run=tpm2_createprimary,tpm2_quote,tpm2_pcrread,tpm2_pcrevent,tpm2_flushcontext`.
  *
  * @module
  */
-import { AttestationError, bytesEqual, type Issuer, REPORT_DATA_LENGTH, toHex } from "../attestation.ts";
+import {
+  AttestationError,
+  bytesEqual,
+  type Issuer,
+  MAX_EVIDENCE_DOCUMENT_BYTES,
+  REPORT_DATA_LENGTH,
+  toHex,
+} from "../attestation.ts";
 import type { Logger } from "../../log/logger.ts";
-import { encodeDocument, MAX_EVENT_LOG_BYTES, pcrDigest } from "./document.ts";
+import { encodeDocument, pcrDigest, type TpmDocumentFields } from "./document.ts";
 import { readPcrs } from "./pcr.ts";
 import { TpmParseError } from "./reader.ts";
 import { parsePublic, parseQuote, publicKeyDigest } from "./structures.ts";
@@ -65,7 +79,7 @@ import {
 } from "./tools.ts";
 import { QEMU_VTPM_VARIANT } from "./validator.ts";
 
-/** Where Linux exposes the firmware's TCG event log. */
+/** Where Linux exposes the firmware's TCG event log (a value for {@linkcode TpmIssuerOptions.eventLogPath}). */
 export const DEFAULT_EVENT_LOG_PATH = "/sys/kernel/security/tpm0/binary_bios_measurements";
 
 /** The PCRs every quote covers. */
@@ -81,10 +95,15 @@ export interface TpmIssuerOptions {
   /** Attestation key algorithm; default "ecc" (P-256, ECDSA-SHA256); "rsa" is RSA-2048, RSASSA-SHA256. */
   keyAlgorithm?: "ecc" | "rsa";
   /**
-   * Event log sent with every quote, read once at creation when readable;
-   * default {@linkcode DEFAULT_EVENT_LOG_PATH}, null to never send one.
+   * Opt-in: a TCG event log file (e.g. {@linkcode DEFAULT_EVENT_LOG_PATH}) to
+   * send with every quote, read once at creation if readable. It is
+   * unverified, informational data (the validator ignores it) and is left out
+   * of any quote it would push past {@linkcode MAX_EVIDENCE_DOCUMENT_BYTES}.
+   * Default: none (undefined or null).
    */
   eventLogPath?: string | null;
+  /** Parent directory of the issuer's private key directory; default the system's temp directory. */
+  tempDir?: string;
 }
 
 /** `tpm2_createprimary -G` per key algorithm: key type, signing scheme, no symmetric algorithm. */
@@ -137,7 +156,7 @@ export class TpmIssuer implements Issuer {
     const algorithm = options.keyAlgorithm ?? "ecc";
     const logger = options.logger.with({ variant: QEMU_VTPM_VARIANT });
     const signal = options.signal;
-    const dir = await Deno.makeTempDir({ prefix: "qemu-vtpm-issuer-" });
+    const dir = await Deno.makeTempDir({ prefix: "qemu-vtpm-issuer-", dir: options.tempDir });
     try {
       await Deno.chmod(dir, 0o700);
       const path = (name: string) => `${dir}/${name}`;
@@ -153,8 +172,7 @@ export class TpmIssuer implements Issuer {
         return await Deno.readFile(path("ak.pub"));
       });
       const keyDigest = await publicKeyDigest(parsePublic(akPublic));
-      const eventLogPath = options.eventLogPath === undefined ? DEFAULT_EVENT_LOG_PATH : options.eventLogPath;
-      const eventLog = await readEventLog(eventLogPath, logger);
+      const eventLog = options.eventLogPath ? await readEventLog(options.eventLogPath, logger) : undefined;
       logger.info("TPM attestation key ready", { tcti: tpm.tcti, keyAlgorithm: algorithm, keyDigest });
       return new TpmIssuer(tpm, logger, dir, akPublic, keyDigest, eventLog);
     } catch (error) {
@@ -200,13 +218,12 @@ export class TpmIssuer implements Issuer {
         const pcrs = await readPcrs(this.#tpm, QUOTED_PCRS, { signal });
         const quote = await Deno.readFile(path("quote.msg"));
         if (bytesEqual(await pcrDigest(pcrs), parseQuote(quote).pcrDigest)) {
-          return encodeDocument({
+          return this.#encode({
             variant: QEMU_VTPM_VARIANT,
             akPublic: this.#akPublic,
             quote,
             signature: await Deno.readFile(path("quote.sig")),
             pcrs,
-            eventLog: this.#eventLog,
           });
         }
         if (attempt === 2) {
@@ -219,20 +236,28 @@ export class TpmIssuer implements Issuer {
       }
     });
   }
+
+  /** The document, with the event log if there is one and the document stays within the size every verifier accepts. */
+  #encode(fields: TpmDocumentFields): Uint8Array {
+    if (this.#eventLog !== undefined) {
+      const document = encodeDocument({ ...fields, eventLog: this.#eventLog });
+      if (document.length <= MAX_EVIDENCE_DOCUMENT_BYTES) return document;
+      this.#logger.warn("event log too large to send; this quote goes without it", {
+        eventLogBytes: this.#eventLog.length,
+        documentBytes: document.length,
+        maxDocumentBytes: MAX_EVIDENCE_DOCUMENT_BYTES,
+      });
+    }
+    return encodeDocument(fields);
+  }
 }
 
-/** Reads the event log once; a missing or unreadable log is normal (no TPM driver log, no permission). */
-async function readEventLog(path: string | null, logger: Logger): Promise<Uint8Array | undefined> {
-  if (path === null) return undefined;
+/** Reads the requested event log once; an unreadable one (no TPM driver log, no permission) is only warned about. */
+async function readEventLog(path: string, logger: Logger): Promise<Uint8Array | undefined> {
   try {
-    const log = await Deno.readFile(path);
-    if (log.length > MAX_EVENT_LOG_BYTES) {
-      logger.warn("event log too large to send; quotes go without it", { path, bytes: log.length });
-      return undefined;
-    }
-    return log;
+    return await Deno.readFile(path);
   } catch (error) {
-    logger.info("no readable event log; quotes go without it", { path, error });
+    logger.warn("event log unreadable; quotes go without it", { path, error });
     return undefined;
   }
 }

@@ -6,9 +6,9 @@
  * reason:
  * 1. the document parses (see `document.ts` for its shape): "malformed"
  *    (or "wrong-variant" for another variant's document);
- * 2. the attestation key is a restricted signing key fixed to its TPM
- *    (objectAttributes sign, restricted, fixedTPM), so the TPM only signs
- *    structures it generated itself, and is trusted: "untrusted-key";
+ * 2. the attestation key claims to be a restricted signing key fixed to its
+ *    TPM (objectAttributes sign, restricted, fixedTPM) and is trusted:
+ *    "untrusted-key" (see "AK trust" below for what this proves);
  * 3. the signature is a valid SHA-256 ECDSA/RSASSA signature over the whole
  *    quote (`TPMS_ATTEST`): "signature-invalid";
  * 4. the quote's `extraData` equals the expected report data (constant
@@ -20,14 +20,30 @@
  *    ones come back as {@linkcode Verification.warnings}.
  *
  * The SHA-256 quote itself is verified, so every PCR value compared in step 6
- * is authenticated (the original verified only the strongest bank's quote).
+ * is signed by the AK (the original verified only the strongest bank's
+ * quote); that makes them TPM-measured values only if the AK is a TPM's,
+ * which only an allow-list establishes (see below).
  *
  * **AK trust.** An allow-list holds key digests: lower-case hex SHA-256 of
  * the AK's `TPMT_PUBLIC` bytes (the document's `akPublic` without its 2-byte
  * size prefix). That is the AK's TPM Name without the `000b` prefix, as
  * `tpm2_readpublic -c ak.ctx` prints it; {@linkcode akDigest} computes it
- * from a document and `TpmIssuer.keyDigest` reports it. `{ kind: "any" }`
- * accepts every AK (the original's QEMU behaviour) and is logged as a warning.
+ * from a document and `TpmIssuer.keyDigest` reports it.
+ *
+ * Only the allow-list ties evidence to a TPM. The object attributes are
+ * self-declared inside `akPublic`, and a `TPMS_ATTEST` with the
+ * `TPM_GENERATED_VALUE` magic is just bytes: the magic only means something
+ * when a restricted key *known to live in a TPM* signed it, since such a key
+ * refuses to sign outside data starting with the magic. Anyone can generate
+ * a software key, declare those attributes, and sign a self-made quote with
+ * any report data and PCR values. An operator who reads the digest of a
+ * node's AK from its TPM and lists it closes that hole; nothing else here does.
+ *
+ * `{ kind: "any" }` (the original's QEMU behaviour) accepts every AK, so
+ * evidence in that mode can be forged in software without any TPM and proves
+ * nothing about the node's boot chain. It is kept as an explicit choice for
+ * development and is logged as an INSECURE warning at construction and on
+ * every verification that relies on it.
  *
  * @module
  */
@@ -50,6 +66,12 @@ import { hex16, ObjectAttribute, publicKeyDigest, TpmAlg } from "./structures.ts
 export const QEMU_VTPM_VARIANT = "qemu-vtpm";
 
 const REQUIRED_AK_ATTRIBUTES = ObjectAttribute.sign | ObjectAttribute.restricted | ObjectAttribute.fixedTPM;
+
+/** Logged when any attestation key is trusted: at construction and on every verification. */
+export const TRUST_ANY_KEY_WARNING =
+  "INSECURE: trustAnyKey accepts evidence signed by any key, including software keys; " +
+  "anyone can forge qemu-vtpm evidence (any report data, any PCR values) without a TPM. " +
+  "List the nodes' attestation keys in akTrust.allowedKeyDigests outside development";
 
 /**
  * The AK digest of a `qemu-vtpm` document, for AK allow-lists (see the module
@@ -81,9 +103,7 @@ export class TpmValidator implements Validator {
     this.#measurements = options.measurements;
     this.#akTrust = options.akTrust;
     this.#logger = options.logger.with({ variant: QEMU_VTPM_VARIANT });
-    if (options.akTrust.kind === "any") {
-      this.#logger.warn("trusting any attestation key: evidence proves a TPM signed it, not which TPM");
-    }
+    if (options.akTrust.kind === "any") this.#logger.warn(TRUST_ANY_KEY_WARNING);
   }
 
   /**
@@ -108,7 +128,9 @@ export class TpmValidator implements Validator {
           `(objectAttributes 0x${akPublic.objectAttributes.toString(16).padStart(8, "0")})`,
       );
     }
-    if (this.#akTrust.kind === "allow-list" && !this.#akTrust.keyDigests.has(keyDigest)) {
+    if (this.#akTrust.kind === "any") {
+      this.#logger.warn(TRUST_ANY_KEY_WARNING, { event: "verification", keyDigest });
+    } else if (!this.#akTrust.keyDigests.has(keyDigest)) {
       throw new AttestationError("untrusted-key", `attestation key ${keyDigest} is not in the allow-list`);
     }
 
