@@ -23,6 +23,7 @@ import {
   startJoinCluster,
   type TicketRequestOptions,
 } from "../support/join_cluster.ts";
+import { sshKeygen } from "../support/ssh_keygen.ts";
 
 const HOUR_MS = 3600_000;
 /** Slack for times the service took a moment before or after the test (and X.509's whole seconds). */
@@ -36,19 +37,6 @@ function assertAbout(actualMs: number, expectedMs: number, what: string): void {
     Math.abs(actualMs - expectedMs) <= SLACK_MS,
     `${what}: ${new Date(actualMs).toISOString()}, want about ${new Date(expectedMs).toISOString()}`,
   );
-}
-
-/** Runs ssh-keygen; returns stdout, or throws with stderr. */
-async function sshKeygen(args: string[]): Promise<string> {
-  const { code, stdout, stderr } = await new Deno.Command("ssh-keygen", {
-    args,
-    env: { TZ: "UTC" },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (code !== 0) throw new Error(`ssh-keygen ${args.join(" ")}: ${decoder.decode(stderr).trim()}`);
-  return decoder.decode(stdout);
 }
 
 /** The decoded `data` of a stored Secret. */

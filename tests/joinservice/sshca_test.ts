@@ -7,20 +7,7 @@ import {
   SshCaError,
   sshPublicKeyFromAuthorizedKey,
 } from "../../src/joinservice/sshca.ts";
-
-/** Runs ssh-keygen in UTC; returns stdout, or throws with stderr. */
-async function sshKeygen(args: string[]): Promise<string> {
-  const { code, stdout, stderr } = await new Deno.Command("ssh-keygen", {
-    args,
-    env: { TZ: "UTC" },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decoder = new TextDecoder();
-  if (code !== 0) throw new Error(`ssh-keygen ${args.join(" ")}: ${decoder.decode(stderr).trim()}`);
-  return decoder.decode(stdout);
-}
+import { sshKeygen } from "../support/ssh_keygen.ts";
 
 async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "sshca-test-" });
