@@ -12,6 +12,7 @@ import { measurementsDigest, parseMeasurements } from "../../src/attestation/mea
 import { generateKeyPair } from "../../src/atls/hpke.ts";
 import {
   type AttestationConfigJson,
+  auditLines,
   type JoinCluster,
   nodeCsr,
   startJoinCluster,
@@ -185,7 +186,7 @@ Deno.test("the join service process rejects malformed and malicious requests wit
 
   await t.step("garbage bytes POSTed as application/proto: a clean error, the service stays up", async () => {
     const requests = cluster.apiServer.requests.length;
-    const audited = auditLines(cluster).length;
+    const audited = (await auditLines(cluster.joinService)).length;
     const session = http2.connect(cluster.joinUrl, { ca: cluster.joinCaPem });
     try {
       const stream = session.request({
@@ -213,7 +214,7 @@ Deno.test("the join service process rejects malformed and malicious requests wit
     }
     assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
     assert.equal(cluster.apiServer.requests.length, requests);
-    assert.equal(auditLines(cluster).length, audited, "no ticket decision was made");
+    assert.equal((await auditLines(cluster.joinService)).length, audited, "no ticket decision was made");
   });
 
   await t.step(
@@ -265,7 +266,7 @@ Deno.test("the join service process rejects malformed and malicious requests wit
   await t.step("every decision made one audit line; every rejection names its reason and code", async () => {
     const { counters } = await client.getStatus({});
     const decisions = Object.values(counters).reduce((sum, n) => sum + n, 0n);
-    const audit = auditLines(cluster);
+    const audit = await auditLines(cluster.joinService);
     assert.equal(BigInt(audit.length), decisions);
     const rejected = audit.filter((entry) => entry.outcome === "rejected");
     assert.ok(rejected.length >= 15, `${rejected.length} rejections`);
@@ -309,12 +310,6 @@ Deno.test("the join service process rejects malformed and malicious requests wit
 });
 
 /** The audit lines of the cluster's join service. */
-function auditLines(cluster: JoinCluster): Record<string, unknown>[] {
-  return cluster.joinService.process.stderrLines.map((line) => JSON.parse(line)).filter((entry) =>
-    entry.log === "audit"
-  );
-}
-
 function digestOf(config: AttestationConfigJson): string {
   return measurementsDigest(parseMeasurements(config.measurements));
 }

@@ -18,6 +18,7 @@ import {
 } from "../../src/joinservice/sshca.ts";
 import * as x509 from "../../src/x509/x509.ts";
 import {
+  auditLines,
   OBJECT_PATHS,
   type OpenedJoinTicket,
   startJoinCluster,
@@ -288,8 +289,7 @@ Deno.test("the join service process issues complete tickets and accounts for eve
 
   await t.step("audit: exactly one line per decision, with its fields", async () => {
     const status = await cluster.joinService.client.getStatus({});
-    const audit = cluster.joinService.process.stderrLines.map((line) => JSON.parse(line))
-      .filter((entry) => entry.log === "audit");
+    const audit = await auditLines(cluster.joinService);
     assert.equal(audit.length, decisions.issued + decisions.rejected, JSON.stringify(audit, null, 1));
     const issued = audit.filter((entry) => entry.outcome === "issued");
     assert.equal(issued.length, decisions.issued);
@@ -301,7 +301,7 @@ Deno.test("the join service process issues complete tickets and accounts for eve
       assert.ok(["worker", "control-plane", "rejoin"].includes(entry.role), entry.role);
     }
     for (const entry of issued.filter((e) => e.role !== "rejoin")) {
-      assert.match(entry.nodeName, /^(worker|control-plane)-/);
+      assert.match(entry.nodeName ?? "", /^(worker|control-plane)-/);
     }
     for (const entry of issued) {
       assert.equal(
@@ -309,7 +309,7 @@ Deno.test("the join service process issues complete tickets and accounts for eve
         cluster.issuer.keyDigest,
         "the audit line names the node's attestation key",
       );
-      assert.match(entry.reportedMeasurementsDigest, /^[0-9a-f]{64}$/);
+      assert.match(entry.reportedMeasurementsDigest ?? "", /^[0-9a-f]{64}$/);
     }
     const worker = issued.find((e) => e.nodeName === "worker-1");
     assert.equal(worker?.role, "worker");

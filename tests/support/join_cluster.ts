@@ -361,7 +361,8 @@ async function build(
     "src/joinservice/main.ts",
     ...["--attestation-variant", CLUSTER_VARIANT],
     ...["--key-service-endpoint", keyService.endpoint],
-    ...["--api-server-endpoint", API_SERVER_ENDPOINT],
+    // Tests of the metadata API give --metadata-url instead; the two flags exclude each other.
+    ...(flags.includes("--metadata-url") ? [] : ["--api-server-endpoint", API_SERVER_ENDPOINT]),
     ...["--kubeconfig", paths.kubeconfig],
     ...["--config-dir", paths.configDir, "--kubernetes-dir", paths.kubernetesDir],
     ...["--tls-cert", paths.tlsCert, "--tls-key", paths.tlsKey],
@@ -608,4 +609,40 @@ async function joinServiceProcess(args: string[], caPem: string): Promise<JoinSe
 /** Runs a join service of `args` expecting it to exit (e.g. on a bad input); returns its exit code and output. */
 export function runJoinServiceToExit(args: string[]) {
   return runToExit("deno", args, { cwd: REPO_ROOT });
+}
+
+/** One audit line of the join service (a JSON log line with `"log":"audit"`). */
+export interface AuditLine {
+  log: "audit";
+  outcome: "issued" | "rejected";
+  method: string;
+  peer: string;
+  variant: string;
+  measurementsDigest: string;
+  diskUuid: string;
+  role: string;
+  nodeName?: string;
+  keyDigest?: string;
+  reportedMeasurementsDigest?: string;
+  reason?: string;
+  code?: string;
+  error?: string;
+  [field: string]: unknown;
+}
+
+/**
+ * The audit lines of a join service, once every decision it has counted
+ * (GetStatus) has reached its stderr: lines arrive through a pipe, after the
+ * RPC's answer.
+ */
+export async function auditLines(service: JoinServiceProcess): Promise<AuditLine[]> {
+  const { counters } = await service.client.getStatus({});
+  const decisions = Number(Object.values(counters).reduce((sum, n) => sum + n, 0n));
+  const read = () =>
+    service.process.stderrLines.map((line) => JSON.parse(line)).filter((entry) => entry.log === "audit");
+  const deadline = Date.now() + 5000;
+  while (read().length < decisions && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return read();
 }
