@@ -6,6 +6,7 @@
  * (one line per decision, no secret anywhere) and graceful shutdown.
  */
 import assert from "node:assert/strict";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { toHex } from "../../src/attestation/attestation.ts";
 import { NONCE_KEY_ID } from "../../src/atls/nonce.ts";
 import { deriveKey } from "../../src/kms/hkdf.ts";
@@ -235,6 +236,31 @@ Deno.test("the join service process issues complete tickets and accounts for eve
       await Deno.remove(dir, { recursive: true });
     }
   });
+
+  await t.step(
+    "replicas share the nonce key: a challenge from one is accepted by another, once",
+    async () => {
+      const replica = await cluster.startJoinService();
+      try {
+        const prepared = await cluster.prepareJoinRequest({
+          diskUuid: crypto.randomUUID(),
+          nodeName: "worker-r",
+        });
+        const response = await replica.client.issueJoinTicket(prepared.request);
+        const opened = await cluster.openJoinTicket(response, prepared.bundle);
+        assert.deepEqual(
+          opened.stateDiskKey,
+          (await cluster.expectedKeys(prepared.request.diskUuid)).stateDiskKey,
+        );
+        const replay = await replica.client.issueJoinTicket(prepared.request).then(() => undefined, (e) => e);
+        assert.ok(replay instanceof ConnectError);
+        assert.equal(Code[replay.code], "PermissionDenied", replay.rawMessage);
+        assert.match(replay.rawMessage, /nonce-replayed/);
+      } finally {
+        assert.equal((await replica.stop()).code, 0);
+      }
+    },
+  );
 
   await t.step("rejoin: the derived keys, and nothing written to the API server", async () => {
     const diskUuid = crypto.randomUUID();
