@@ -12,6 +12,7 @@ import type { Clock } from "../clock.ts";
 import type { Logger } from "../log/logger.ts";
 import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
 import { KubernetesError } from "../kubernetes/errors.ts";
+import { isRetryableKeyServiceError, type KeyServiceClient } from "../keyservice/client.ts";
 import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
 import { BootstrapTokenError, createBootstrapToken } from "./bootstraptoken.ts";
 import { discoveryTokenCaCertHash } from "./cahash.ts";
@@ -19,7 +20,6 @@ import { type KubernetesComponent, parseComponents } from "./components.ts";
 import { loadControlPlaneFiles } from "./controlplanefiles.ts";
 import { KubeletCaError, nodeNameFromCsr, readKubeletCa, signKubeletCertificate } from "./kubeletca.ts";
 import { k8sCompliantHostname, NodeNameError } from "./nodename.ts";
-import * as x509 from "../x509/x509.ts";
 import { SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, SshCa, SshCaError } from "./sshca.ts";
 import type {
   BootstrapTokens,
@@ -43,6 +43,31 @@ export const CONTROL_PLANE_JOINING_NODE = "control-plane";
 /** How long a JoiningNode is meant to live. */
 export const JOINING_NODE_DEADLINE_MS = { worker: 48 * 3600_000, controlPlane: 10 * 60_000 };
 
+/**
+ * The key service as the join service uses it: every failure worth
+ * retrying (no connection, no answer in time) is Unavailable, so a node
+ * knows to try again.
+ */
+export function keySource(client: KeyServiceClient): KeySource {
+  return {
+    async getDataKey(id, length, options) {
+      try {
+        return await client.getDataKey(id, length, options);
+      } catch (e) {
+        if (!isRetryableKeyServiceError(e)) throw e;
+        const cause = ConnectError.from(e);
+        throw new ConnectError(
+          `key service unavailable: ${cause.rawMessage}`,
+          Code.Unavailable,
+          undefined,
+          undefined,
+          e,
+        );
+      }
+    },
+  };
+}
+
 /** Turns a Kubernetes client error into a Connect error (retryable ones become Unavailable). */
 export function kubernetesConnectError(e: unknown): ConnectError {
   if (e instanceof ConnectError) return e;
@@ -50,7 +75,7 @@ export function kubernetesConnectError(e: unknown): ConnectError {
     if (e.retryable) return new ConnectError(`API server unavailable: ${e.message}`, Code.Unavailable);
     return new ConnectError(e.message, Code.Internal);
   }
-  return new ConnectError(e instanceof Error ? e.message : String(e), Code.Internal);
+  return new ConnectError("internal error", Code.Internal, undefined, undefined, e);
 }
 
 async function kubernetesCall<T>(fn: () => Promise<T>): Promise<T> {
@@ -103,9 +128,7 @@ export function kubeletSigner(
         if (!rejected) throw e; // not the node's fault: an Internal error, logged by the service
         throw new ConnectError(`certificate request rejected: ${e.message}`, Code.InvalidArgument);
       }
-      const san = new x509.X509Certificate(certificatePem).getExtension(x509.SubjectAlternativeNameExtension);
-      const ips = san?.names.items.filter((name) => name.type === "ip").map((name) => name.value) ?? [];
-      return { certificatePem, nodeName, ips };
+      return { certificatePem, nodeName };
     },
   };
 }
@@ -308,13 +331,11 @@ export function sshHostCertifier(options: { keys: KeySource; clock: Clock }): Ss
   let ca: Promise<SshCa> | undefined;
   // Shared by concurrent callers, so fetched without any caller's signal (see exchange.ts).
   const getCa = () => {
-    ca ??= options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, {}).then(
-      (seed) => SshCa.fromSeed(seed),
-      (e) => {
+    ca ??= options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, {}).then((seed) => SshCa.fromSeed(seed))
+      .catch((e) => {
         ca = undefined;
         throw e;
-      },
-    );
+      });
     return ca;
   };
   const encoder = new TextEncoder();

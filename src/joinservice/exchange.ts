@@ -28,16 +28,25 @@ export interface AttestedExchangeOptions {
   nonceLifetimeMs?: number;
 }
 
+/** How long a failed nonce-key fetch is answered from memory before the next try. */
+const FAILURE_HOLD_MS = 250;
+
 /** Builds the {@linkcode AttestedExchange} the join service uses. */
 export function createAttestedExchange(options: AttestedExchangeOptions): AttestedExchange {
   let nonces: Promise<ChallengeNonces> | undefined;
+  let failedAt = -Infinity;
   // Concurrent callers share one fetch, so it runs without any caller's signal: a node that gives up
-  // must not fail the others (the key service client's own deadline bounds the fetch).
+  // must not fail the others (the key service client's own deadline bounds the fetch). A failure is
+  // kept for a moment, so unauthenticated challenges during an outage do not each hit the key service.
   const getNonces = (): Promise<ChallengeNonces> => {
+    if (failedAt !== -Infinity && failedAt <= options.clock.now() - FAILURE_HOLD_MS) {
+      nonces = undefined; // the failure is old enough: try again
+      failedAt = -Infinity;
+    }
     nonces ??= options.keys.getDataKey(NONCE_KEY_ID, NONCE_KEY_LENGTH, {}).then(
       (key) => new ChallengeNonces({ key, clock: options.clock, lifetimeMs: options.nonceLifetimeMs }),
     ).catch((e) => {
-      nonces = undefined; // try again on the next call
+      failedAt = options.clock.now();
       // Challenges are unauthenticated: the caller learns only that the key service is unavailable.
       const code = ConnectError.from(e).code === Code.Unavailable ? Code.Unavailable : Code.Internal;
       throw new ConnectError(
@@ -72,9 +81,15 @@ export function createAttestedExchange(options: AttestedExchangeOptions): Attest
           seal: (plaintext) => sealResponse({ verified, purpose, plaintext: new Uint8Array(plaintext) }),
         };
       } catch (e) {
-        const error = toConnectError(e);
-        if (e instanceof ExchangeError) Object.assign(error, { reason: e.reason });
-        else if (error.code === Code.Internal) Object.assign(error, { reason: "verifier-error" });
+        let error = toConnectError(e);
+        if (e instanceof ExchangeError) {
+          // The attestation key that was checked, when the validator got that far: audit names it.
+          Object.assign(error, { reason: e.reason, keyDigest: (e as { keyDigest?: string }).keyDigest });
+        } else if (error.code === Code.Internal) {
+          // A bug in a validator: the node sees "internal error", the service logs the cause.
+          error = new ConnectError(error.rawMessage, Code.Internal, undefined, undefined, e);
+          Object.assign(error, { reason: "verifier-error" });
+        }
         throw error;
       }
     },

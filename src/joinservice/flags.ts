@@ -67,7 +67,8 @@ Flags:
                                    tickets per second overall (default 200, burst 400)
   --verify-concurrency <n>         attestation verifications at once (default 16)
   --verify-queue <n>               verifications waiting at most (default 512)
-  --nonce-lifetime <seconds>       how long a challenge stays valid (default 120)
+  --nonce-lifetime <seconds>       how long a challenge stays valid (default 120); use one value on
+                                   every replica: replicas accept each other's challenges
   --log-level <level>              debug, info, warn or error (default info)
   --help                           show this help
 `;

@@ -16,12 +16,19 @@
  *
  * Permissions: the `join-service` permission set of deno.json (read
  * `/var/config`, `/etc/kubernetes` and the service-account directory; net;
- * the in-cluster environment variables). Moving the inputs elsewhere needs
- * an `--allow-read=<paths>` override naming all of them:
+ * the in-cluster environment variables):
  *
  * ```sh
  * deno task join-service --attestation-variant qemu-vtpm \
  *   --key-service-endpoint key-service.kube-system:9000 --api-server-endpoint 10.0.0.1:6443
+ * ```
+ *
+ * Moving the inputs elsewhere needs an `--allow-read` naming all of them,
+ * given to `deno run` (Deno replaces the set's read list with it):
+ *
+ * ```sh
+ * deno run -P=join-service --allow-read=/srv/join src/joinservice/main.ts --config-dir /srv/join/config \
+ *   --kubernetes-dir /srv/join/kubernetes --kubeconfig /srv/join/admin.conf ...
  * ```
  *
  * @module
@@ -48,6 +55,7 @@ import {
   bootstrapTokens,
   clusterInfo,
   joiningNodes,
+  keySource,
   kubeletSigner,
   sshHostCertifier,
 } from "./dependencies.ts";
@@ -127,7 +135,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
   await cluster.discoveryTokenCaCertHash({});
   await kubeletCa.checkCa();
 
-  const keys = createKeyServiceClient({ endpoint: flags.keyServiceEndpoint });
+  const keys = keySource(createKeyServiceClient({ endpoint: flags.keyServiceEndpoint }));
   const watcher = await AttestationConfigWatcher.start({
     path: `${flags.configDir}/attestationConfig`,
     variant: flags.attestationVariant,

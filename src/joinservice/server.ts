@@ -97,14 +97,14 @@ export interface KeySource {
 /** Signs kubelet certificates with the cluster CA. */
 export interface KubeletSigner {
   /**
-   * Checks the CSR and signs it; resolves to the certificate, the normalized
-   * node name and the IP SANs. Rejects with ConnectError InvalidArgument
-   * when the CSR breaks a rule, Internal when the CA is broken.
+   * Checks the CSR and signs it; resolves to the certificate and the
+   * normalized node name. Rejects with ConnectError InvalidArgument when the
+   * CSR breaks a rule, Internal when the CA is broken.
    */
   sign(
     csrDer: Uint8Array,
     options: { signal?: AbortSignal },
-  ): Promise<{ certificatePem: string; nodeName: string; ips: string[] }>;
+  ): Promise<{ certificatePem: string; nodeName: string }>;
 }
 
 /** Cluster facts that go into every ticket. Rejects with ConnectError (Unavailable for API-server outages). */
@@ -193,6 +193,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Builds the `join.API` implementation. */
 export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<typeof API> {
   const startedAt = deps.clock.now();
+  let challengesFailing = false;
 
   /** Runs one ticket decision: admission, audit, metrics and error mapping around `issue`. */
   async function decide<T>(
@@ -237,6 +238,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
       deps.metrics.decisions.inc({ method, outcome: "rejected", reason });
       deps.audit.info("ticket rejected", {
         ...audit,
+        keyDigest: audit.keyDigest ?? (error as { keyDigest?: string }).keyDigest,
         outcome: "rejected",
         reason,
         code: Code[error.code],
@@ -309,10 +311,16 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
     async getChallenge(_req, ctx) {
       try {
         const { nonce, expiresAt } = await deps.exchange.challenge({ signal: ctx.signal });
+        if (challengesFailing) deps.logger.info("issuing challenges again");
+        challengesFailing = false;
         return create(GetChallengeResponseSchema, { nonce, expiresAtUnixMs: BigInt(expiresAt) });
       } catch (e) {
         const error = toConnectError(e);
-        deps.logger.warn("cannot issue challenge", { error: error.cause ?? error.rawMessage });
+        // Challenges are unauthenticated: log an outage once, not once per caller.
+        if (!challengesFailing) {
+          deps.logger.warn("cannot issue challenges", { error: error.cause ?? error.rawMessage });
+        }
+        challengesFailing = true;
         throw error;
       }
     },
@@ -508,27 +516,16 @@ async function reportedMeasurementsDigest(verification: Verification): Promise<s
 }
 
 /**
- * A node may claim only its own identity: no worker takes the name that
- * marks a joining control plane, and SSH host certificate principals are
- * the node's name, a domain name under it (`<name>.<domain>`), or an IP
- * address of its kubelet certificate, so no node can certify itself as
- * another.
+ * No worker may take the name that marks a joining control plane. (The
+ * node's name, IP addresses and SSH principals are otherwise its own claims,
+ * as in the original: attestation proves the node runs the cluster's image,
+ * not which name it should have.)
  */
-function checkIdentity(req: IssueJoinTicketRequest, kubelet: { nodeName: string; ips: string[] }): void {
-  const invalid = (message: string) =>
-    withReason(new ConnectError(message, Code.InvalidArgument), "identity");
+function checkIdentity(req: IssueJoinTicketRequest, kubelet: { nodeName: string }): void {
   if (!req.isControlPlane && kubelet.nodeName === RESERVED_NODE_NAME) {
-    throw invalid(`node name "${RESERVED_NODE_NAME}" is reserved`);
-  }
-  const ips = new Set(kubelet.ips);
-  const own = (principal: string) =>
-    principal === kubelet.nodeName || principal.startsWith(`${kubelet.nodeName}.`) || ips.has(principal);
-  const foreign = req.hostCertificatePrincipals.filter((principal) => !own(principal));
-  if (foreign.length > 0) {
-    throw invalid(
-      `host certificate principals must be the node's name, a domain name under it, or its certificate's IP addresses; not allowed: ${
-        foreign.slice(0, 4).map((p) => JSON.stringify(printable(p))).join(", ")
-      }`,
+    throw withReason(
+      new ConnectError(`node name "${RESERVED_NODE_NAME}" is reserved`, Code.InvalidArgument),
+      "identity",
     );
   }
 }

@@ -6,7 +6,7 @@
  * @module
  */
 import * as http2 from "node:http2";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import {
   type ConnectRouter,
   type ContextValues,
@@ -15,6 +15,11 @@ import {
 } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { peerAddressKey } from "./peer.ts";
+
+/** How long a client may take for its TLS handshake. */
+const HANDSHAKE_TIMEOUT_MS = 10_000;
+/** How long an idle connection may take to close after its GOAWAY before it is destroyed. */
+const IDLE_CLOSE_GRACE_MS = 10_000;
 
 /** TLS material for {@linkcode serveRpc}. */
 export interface TlsOptions {
@@ -42,7 +47,12 @@ export interface ServeRpcOptions {
   contextValues?: (req: http2.Http2ServerRequest) => ContextValues;
   /** Most connections open at once; more are refused. Default 4096. */
   maxConnections?: number;
-  /** A connection idle this long is closed (GOAWAY). Default 120 s. */
+  /** Most connections open at once from one address; more are closed at once. Default 64. */
+  maxConnectionsPerPeer?: number;
+  /**
+   * A connection idle this long is closed (GOAWAY), and destroyed if it has
+   * not closed 10 s later. Default 120 s.
+   */
   idleTimeoutMs?: number;
   /** Extra plain-HTTP handler tried before the RPC routes (e.g. /healthz); return true if handled. */
   httpHandler?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => boolean;
@@ -77,16 +87,45 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     adapter(req, res);
   };
   const server: http2.Http2Server | http2.Http2SecureServer = options.tls
-    ? http2.createSecureServer({ cert: options.tls.cert, key: options.tls.key, allowHTTP1: true }, handler)
+    ? http2.createSecureServer(
+      {
+        cert: options.tls.cert,
+        key: options.tls.key,
+        allowHTTP1: true,
+        handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+      },
+      handler,
+    )
     : http2.createServer({}, handler);
 
-  // Bounds on what unauthenticated peers can hold open.
+  // Bounds on what unauthenticated peers can hold open: connections overall and per address, a TLS
+  // handshake deadline, and idle connections closed (and destroyed if they ignore the GOAWAY).
   server.maxConnections = options.maxConnections ?? 4096;
+  const maxPerPeer = options.maxConnectionsPerPeer ?? 64;
+  const perPeer = new Map<string, number>();
+  server.on("connection", (socket: Socket) => {
+    const peer = socket.remoteAddress ?? "unknown";
+    const open = (perPeer.get(peer) ?? 0) + 1;
+    if (open > maxPerPeer) {
+      socket.destroy();
+      return;
+    }
+    perPeer.set(peer, open);
+    socket.once("close", () => {
+      const left = (perPeer.get(peer) ?? 1) - 1;
+      if (left > 0) perPeer.set(peer, left);
+      else perPeer.delete(peer);
+    });
+  });
   const idleTimeoutMs = options.idleTimeoutMs ?? 120_000;
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session: http2.ServerHttp2Session) => {
     sessions.add(session);
-    session.setTimeout(idleTimeoutMs, () => session.close());
+    session.setTimeout(idleTimeoutMs, () => {
+      session.close();
+      const force = setTimeout(() => session.destroy(), IDLE_CLOSE_GRACE_MS);
+      session.once("close", () => clearTimeout(force));
+    });
     session.on("close", () => sessions.delete(session));
     session.on("error", () => {});
   });

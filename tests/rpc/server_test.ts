@@ -43,3 +43,33 @@ Deno.test("serveRpc refuses to listen outside its net permissions, with a clear 
     /listen address 192\.0\.2\.1 is outside this process's net permissions/,
   );
 });
+
+Deno.test("serveRpc closes connections beyond the per-peer limit at once", async () => {
+  const server = await serveRpc({
+    routes: () => {},
+    hostname: "127.0.0.1",
+    port: 0,
+    maxConnectionsPerPeer: 2,
+  });
+  const connections: Deno.Conn[] = [];
+  try {
+    for (let i = 0; i < 3; i++) {
+      connections.push(await Deno.connect({ hostname: "127.0.0.1", port: server.address.port }));
+    }
+    // The third connection is closed by the server: reading it ends (or fails) instead of waiting.
+    const read = await Promise.race([
+      connections[2].read(new Uint8Array(64)).then((n) => n === null ? "closed" : "open", () => "closed"),
+      new Promise((resolve) => setTimeout(() => resolve("open"), 2000)),
+    ]);
+    assert.equal(read, "closed");
+    // The first two stay open: the server greets them with its HTTP/2 SETTINGS frame.
+    const first = await Promise.race([
+      connections[0].read(new Uint8Array(64)).then((n) => n === null ? "closed" : "open", () => "closed"),
+      new Promise((resolve) => setTimeout(() => resolve("open"), 300)),
+    ]);
+    assert.equal(first, "open");
+  } finally {
+    for (const connection of connections) connection.close();
+    await server.shutdown(1000);
+  }
+});
