@@ -5,10 +5,10 @@
  * Every failure of the exchange is an {@linkcode ExchangeError} with a
  * machine-readable `reason`: nonce failures, structural failures of the
  * attested request, and the {@linkcode AttestationFailure} reasons of the
- * validator passed through unchanged (with their measurement mismatches).
- * {@linkcode toConnectError} turns any error into the status a handler
- * returns. Messages name the reason and never contain key material, nonces
- * or plaintexts.
+ * validator passed through unchanged (with their measurement mismatches and
+ * the attestation key's digest, for audit lines). {@linkcode toConnectError}
+ * turns any error into the status a handler returns. Messages name the reason
+ * and never contain key material, nonces or plaintexts.
  *
  * @module
  */
@@ -42,21 +42,28 @@ export class ExchangeError extends Error {
   readonly reason: ExchangeErrorReason;
   /** Every measurement mismatch the validator found (enforced and warn-only). */
   readonly mismatches: readonly MeasurementMismatch[];
+  /** Hex SHA-256 of the rejected evidence's attestation key, when the validator got far enough to know it. */
+  readonly keyDigest?: string;
 
   constructor(
     reason: ExchangeErrorReason,
     message: string,
-    options: { mismatches?: readonly MeasurementMismatch[]; cause?: unknown } = {},
+    options: { mismatches?: readonly MeasurementMismatch[]; keyDigest?: string; cause?: unknown } = {},
   ) {
     super(message, { cause: options.cause });
     this.name = "ExchangeError";
     this.reason = reason;
     this.mismatches = options.mismatches ?? [];
+    this.keyDigest = options.keyDigest;
   }
 
-  /** Wraps a validator's verdict, keeping its reason and mismatch list. */
+  /** Wraps a validator's verdict, keeping its reason, mismatch list and attestation key digest. */
   static fromAttestation(err: AttestationError): ExchangeError {
-    return new ExchangeError(err.reason, err.message, { mismatches: err.mismatches, cause: err });
+    return new ExchangeError(err.reason, err.message, {
+      mismatches: err.mismatches,
+      keyDigest: err.keyDigest,
+      cause: err,
+    });
   }
 }
 

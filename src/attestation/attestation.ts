@@ -94,12 +94,24 @@ export class AttestationError extends Error {
   readonly reason: AttestationFailure;
   /** Every measurement mismatch found (enforced and warn-only). */
   readonly mismatches: MeasurementMismatch[];
+  /**
+   * Hex SHA-256 identifying the attestation key of the rejected evidence,
+   * when the variant has one and the document was parsed far enough to know
+   * it (see {@linkcode Verification.keyDigest}); for audit lines.
+   */
+  readonly keyDigest?: string;
 
-  constructor(reason: AttestationFailure, message: string, mismatches: MeasurementMismatch[] = []) {
+  constructor(
+    reason: AttestationFailure,
+    message: string,
+    mismatches: MeasurementMismatch[] = [],
+    options: { keyDigest?: string } = {},
+  ) {
     super(message);
     this.name = "AttestationError";
     this.reason = reason;
     this.mismatches = mismatches;
+    this.keyDigest = options.keyDigest;
   }
 }
 

@@ -61,3 +61,20 @@ Deno.test("Connect errors pass through; aborts map to Canceled and DeadlineExcee
   assert.equal(toConnectError(new DOMException("aborted", "AbortError")).code, Code.Canceled);
   assert.equal(toConnectError(new DOMException("timed out", "TimeoutError")).code, Code.DeadlineExceeded);
 });
+
+Deno.test("an attestation rejection's key digest is carried into the exchange error", () => {
+  const keyDigest = "3d".repeat(32);
+  const mismatch = { index: 4, expected: "aa".repeat(32), actual: "bb".repeat(32), enforced: true };
+  const rejected = ExchangeError.fromAttestation(
+    new AttestationError("measurement-mismatch", "1 measurement differs", [mismatch], { keyDigest }),
+  );
+  assert.equal(rejected.reason, "measurement-mismatch");
+  assert.equal(rejected.keyDigest, keyDigest);
+  assert.deepEqual(rejected.mismatches, [mismatch]);
+  // The digest names a public key: it may appear in audit lines, but the client's message is unchanged.
+  assert.ok(!toConnectError(rejected).rawMessage.includes(keyDigest));
+
+  const malformed = ExchangeError.fromAttestation(new AttestationError("malformed", "not JSON"));
+  assert.equal(malformed.keyDigest, undefined);
+  assert.equal(new ExchangeError("nonce-expired", "expired").keyDigest, undefined);
+});

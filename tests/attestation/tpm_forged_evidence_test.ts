@@ -163,3 +163,20 @@ Deno.test("forged software evidence passes under trustAnyKey, and every verifica
     "three different software keys",
   );
 });
+
+Deno.test("forged software evidence with a bad signature is rejected under trustAnyKey, without a per-verification warning", async () => {
+  const { logger, lines } = capturingLogger();
+  const validator = validatorFromConfig({ trustAnyKey: true }, logger);
+  const reportData = crypto.getRandomValues(new Uint8Array(32));
+  // One quote byte (the last of pcrDigest) changed after signing: well-formed, but the signature no longer verifies.
+  const json = JSON.parse(new TextDecoder().decode(await forgeDocument(reportData)));
+  const quote = Uint8Array.fromBase64(json.quote);
+  quote[quote.length - 1] ^= 0x01;
+  json.quote = quote.toBase64();
+  await assert.rejects(
+    validator.validate(new TextEncoder().encode(JSON.stringify(json)), reportData),
+    (error: unknown) => error instanceof AttestationError && error.reason === "signature-invalid",
+  );
+  const insecure = lines.filter((line) => line.level === "warn" && line.msg === TRUST_ANY_KEY_WARNING);
+  assert.deepEqual(insecure.map((line) => line.event), [undefined], "only the warning at construction");
+});

@@ -250,39 +250,141 @@ Deno.test("tpm issuer: sends no event log unless asked, and a requested small on
   }
 });
 
-Deno.test("tpm issuer: an event log that would push the document over the limit is dropped with a warning", async () => {
-  // Larger than a real machine's log (~47 KiB and up), and far over the limit once in base64.
-  const eventLog = new Uint8Array(200 * 1024).map((_, i) => (i * 31) % 251);
-  const swtpm = await startSwtpm();
-  const dir = await Deno.makeTempDir();
-  await Deno.writeFile(`${dir}/binary_bios_measurements`, eventLog);
-  const { logger, lines } = capturingLogger();
-  const issuer = await TpmIssuer.create({
-    tcti: swtpm.tcti,
-    logger,
-    eventLogPath: `${dir}/binary_bios_measurements`,
-  });
-  try {
+/** The "event log too large" warnings among `lines`, at creation and per quote. */
+function eventLogTooLarge(lines: Record<string, unknown>[]): Record<string, unknown>[] {
+  return lines.filter((line) => line.level === "warn" && String(line.msg).startsWith("event log too large"));
+}
+
+/** Issues `count` quotes and asserts each is within the limit, carries no event log and verifies. */
+async function assertQuotesWithoutEventLog(issuer: TpmIssuer, tcti: string, count: number): Promise<void> {
+  const validator = await strictValidator(tcti, issuer.keyDigest);
+  for (let i = 0; i < count; i++) {
     const reportData = randomReportData();
     const document = await issuer.issue(reportData);
     assert.ok(document.length <= MAX_EVIDENCE_DOCUMENT_BYTES, `${document.length} bytes`);
     assert.equal(JSON.parse(new TextDecoder().decode(document)).eventLog, undefined);
-    const result = await (await strictValidator(swtpm.tcti, issuer.keyDigest)).validate(document, reportData);
-    assert.equal(result.keyDigest, issuer.keyDigest);
-    const warning = lines.find((line) =>
-      line.msg === "event log too large to send; this quote goes without it"
-    );
-    assert.ok(warning, "the dropped event log is logged");
-    assert.equal(warning.level, "warn");
-    assert.equal(warning.eventLogBytes, eventLog.length);
-    assert.equal(warning.maxDocumentBytes, MAX_EVIDENCE_DOCUMENT_BYTES);
-    assert.ok(Number(warning.documentBytes) > MAX_EVIDENCE_DOCUMENT_BYTES);
+    assert.equal((await validator.validate(document, reportData)).keyDigest, issuer.keyDigest);
+  }
+}
+
+Deno.test("tpm issuer: an event log too large for any document is dropped once, at creation", async (t) => {
+  const swtpm = await startSwtpm();
+  const dir = await Deno.makeTempDir();
+  try {
+    // Over the limit on its own (larger than a real machine's log, ~47 KiB and up), and under
+    // the limit raw but over it once in base64.
+    const cases = [
+      { name: "larger than the limit", bytes: 200 * 1024 },
+      { name: "too large in base64", bytes: 60 * 1024 },
+    ];
+    for (const { name, bytes } of cases) {
+      await t.step(name, async () => {
+        const path = `${dir}/binary_bios_measurements`;
+        await Deno.writeFile(path, new Uint8Array(bytes).map((_, i) => (i * 31) % 251));
+        const { logger, lines } = capturingLogger();
+        const issuer = await TpmIssuer.create({ tcti: swtpm.tcti, logger, eventLogPath: path });
+        try {
+          await assertQuotesWithoutEventLog(issuer, swtpm.tcti, 3);
+          const warnings = eventLogTooLarge(lines);
+          assert.equal(warnings.length, 1, "one warning over creation and three quotes");
+          const [warning] = warnings;
+          assert.equal(warning.msg, "event log too large to send; quotes go without it");
+          assert.equal(warning.path, path);
+          assert.equal(warning.maxDocumentBytes, MAX_EVIDENCE_DOCUMENT_BYTES);
+          if (bytes > MAX_EVIDENCE_DOCUMENT_BYTES) {
+            // Read only one byte past the limit, so its full size is unknown.
+            assert.equal(warning.eventLogBytesAtLeast, MAX_EVIDENCE_DOCUMENT_BYTES + 1);
+            assert.equal(warning.eventLogBytes, undefined);
+          } else {
+            assert.equal(warning.eventLogBytes, bytes);
+            assert.ok(Number(warning.documentBytes) > MAX_EVIDENCE_DOCUMENT_BYTES);
+          }
+        } finally {
+          await issuer.close();
+        }
+      });
+    }
   } finally {
-    await issuer.close();
     await Deno.remove(dir, { recursive: true });
     await swtpm.stop();
   }
 });
+
+Deno.test("tpm issuer: an endless event log is read only up to the limit", async () => {
+  // Like the securityfs log, /dev/zero has no size to stat; unlike it, it never ends.
+  const swtpm = await startSwtpm();
+  const { logger, lines } = capturingLogger();
+  const issuer = await TpmIssuer.create({ tcti: swtpm.tcti, logger, eventLogPath: "/dev/zero" });
+  try {
+    await assertQuotesWithoutEventLog(issuer, swtpm.tcti, 2);
+    assert.deepEqual(
+      eventLogTooLarge(lines).map((line) => line.eventLogBytesAtLeast),
+      [MAX_EVIDENCE_DOCUMENT_BYTES + 1],
+    );
+  } finally {
+    await issuer.close();
+    await swtpm.stop();
+  }
+});
+
+for (const keyAlgorithm of ["ecc", "rsa"] as const) {
+  Deno.test(`tpm issuer: the largest event log that fits an ${keyAlgorithm} document is sent with every quote`, async () => {
+    const swtpm = await startSwtpm();
+    const dir = await Deno.makeTempDir();
+    const path = `${dir}/binary_bios_measurements`;
+    try {
+      // The document without a log, plus `,"eventLog":"<base64>"`, must stay within the limit.
+      const plain = await TpmIssuer.create({ tcti: swtpm.tcti, logger: silentLogger, keyAlgorithm });
+      const plainBytes = (await plain.issue(randomReportData())).length;
+      await plain.close();
+      const base64Room = MAX_EVIDENCE_DOCUMENT_BYTES - plainBytes - ',"eventLog":""'.length;
+      const fitting = Math.floor(base64Room / 4) * 3;
+
+      const eventLog = new Uint8Array(fitting).map((_, i) => (i * 7) % 253);
+      await Deno.writeFile(path, eventLog);
+      const { logger, lines } = capturingLogger();
+      const issuer = await TpmIssuer.create({ tcti: swtpm.tcti, logger, keyAlgorithm, eventLogPath: path });
+      try {
+        const validator = await strictValidator(swtpm.tcti, issuer.keyDigest);
+        for (let i = 0; i < 3; i++) {
+          const reportData = randomReportData();
+          const document = await issuer.issue(reportData);
+          assert.ok(document.length <= MAX_EVIDENCE_DOCUMENT_BYTES, `${document.length} bytes`);
+          assert.ok(document.length > MAX_EVIDENCE_DOCUMENT_BYTES - 4, `${document.length} bytes`);
+          assert.deepEqual(
+            Uint8Array.fromBase64(JSON.parse(new TextDecoder().decode(document)).eventLog),
+            eventLog,
+          );
+          await validator.validate(document, reportData);
+        }
+        assert.deepEqual(eventLogTooLarge(lines), []);
+      } finally {
+        await issuer.close();
+      }
+
+      // One byte more takes another base64 quantum, over the limit: dropped at creation already.
+      await Deno.writeFile(path, new Uint8Array(fitting + 1));
+      const larger = capturingLogger();
+      const dropping = await TpmIssuer.create({
+        tcti: swtpm.tcti,
+        logger: larger.logger,
+        keyAlgorithm,
+        eventLogPath: path,
+      });
+      try {
+        await assertQuotesWithoutEventLog(dropping, swtpm.tcti, 2);
+        assert.deepEqual(eventLogTooLarge(larger.lines).map((line) => line.documentBytes), [
+          plainBytes + ',"eventLog":""'.length + (fitting / 3 + 1) * 4,
+        ]);
+      } finally {
+        await dropping.close();
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+      await swtpm.stop();
+    }
+  });
+}
 
 Deno.test("tpm issuer: rejects report data that is not 32 bytes and honours abort", async () => {
   const swtpm = await startSwtpm();

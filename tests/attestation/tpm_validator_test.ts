@@ -245,6 +245,43 @@ for (const [scheme, fixture] of FIXTURES) {
     assert.ok(error.message.includes("got nothing (PCR not reported)"), error.message);
   });
 
+  Deno.test(`tpm validator: ${scheme} rejections after the AK parsed carry its digest, malformed ones none`, async () => {
+    const measurements = allPcrsEnforced(fixture);
+    measurements.set(4, { expected: fromHex("12".repeat(32)), warnOnly: false });
+    const changedPcr = documentJson(fixture);
+    const pcrs = changedPcr.pcrs as Record<string, string>;
+    pcrs["4"] = (pcrs["4"][0] === "0" ? "1" : "0") + pcrs["4"].slice(1);
+    const cases: [AttestationFailure, () => Promise<unknown>][] = [
+      ["measurement-mismatch", () => validator({ measurements }).validate(document, reportData)],
+      [
+        "untrusted-key",
+        () =>
+          validator({ akTrust: { kind: "allow-list", keyDigests: new Set() } }).validate(
+            document,
+            reportData,
+          ),
+      ],
+      ["signature-invalid", () => validator().validate(withFlippedByte(fixture, "quote", 50), reportData)],
+      ["report-data-mismatch", () => validator().validate(document, new Uint8Array(32))],
+      ["pcr-digest-mismatch", () => validator().validate(encode(changedPcr), reportData)],
+    ];
+    for (const [reason, validate] of cases) {
+      const error = await assertRejected(validate(), reason);
+      assert.equal(error.keyDigest, fixture.akDigest, reason);
+    }
+    // An AK that is not a restricted signing key: its own digest, not the fixture's.
+    const unrestricted = withFlippedByte(fixture, "akPublic", 7, 0x01);
+    const error = await assertRejected(validator().validate(unrestricted, reportData), "untrusted-key");
+    assert.equal(error.keyDigest, await akDigest(unrestricted));
+    assert.notEqual(error.keyDigest, fixture.akDigest);
+
+    const truncated = await assertRejected(
+      validator().validate(document.subarray(0, document.length - 1), reportData),
+      "malformed",
+    );
+    assert.equal(truncated.keyDigest, undefined);
+  });
+
   Deno.test(`tpm validator: ${scheme} warn-only mismatches pass with warnings and are logged`, async () => {
     const { logger, lines } = capturingLogger();
     const measurements = allPcrsEnforced(fixture);
@@ -288,13 +325,23 @@ for (const [scheme, fixture] of FIXTURES) {
   });
 }
 
-Deno.test("tpm validator: any-key trust is logged as insecure at construction and on each verification", async () => {
+Deno.test("tpm validator: any-key trust is logged as insecure at construction and on each verification relying on it", async () => {
   const any = capturingLogger();
   const anyKey = validator({ logger: any.logger });
   const insecure = () =>
     any.lines.filter((line) => line.level === "warn" && line.msg === TRUST_ANY_KEY_WARNING);
   assert.equal(insecure().length, 1);
   assert.ok(TRUST_ANY_KEY_WARNING.startsWith("INSECURE: trustAnyKey accepts evidence signed by any key"));
+  // Evidence whose signature or report data does not check out is rejected without relying on the trust.
+  await assertRejected(
+    anyKey.validate(withFlippedByte(eccFixture, "signature", 8), fromHex(eccFixture.reportData)),
+    "signature-invalid",
+  );
+  await assertRejected(
+    anyKey.validate(encode(rsaFixture.document), new Uint8Array(32)),
+    "report-data-mismatch",
+  );
+  assert.equal(insecure().length, 1, "no per-verification warning for rejected evidence");
   await anyKey.validate(encode(eccFixture.document), fromHex(eccFixture.reportData));
   await anyKey.validate(encode(rsaFixture.document), fromHex(rsaFixture.reportData));
   assert.deepEqual(insecure().map((line) => line.keyDigest), [
@@ -393,6 +440,7 @@ Deno.test("tpm validator: garbage and wrongly typed documents are malformed with
       error.message.startsWith("malformed TPM attestation document: "),
       `case "${name}": ${error.message}`,
     );
+    assert.equal(error.keyDigest, undefined, `case "${name}"`);
   }
 });
 

@@ -238,6 +238,19 @@ Deno.test("the join service process rejects malformed and malicious requests wit
         );
       }
       assert.equal(error.rawMessage.match(/PCR\[/g)?.length, 2, error.rawMessage);
+      const [rejection] = (await auditLines(cluster.joinService)).filter((e) =>
+        e.reason === "measurement-mismatch"
+      );
+      assert.equal(
+        rejection.keyDigest,
+        cluster.issuer.keyDigest,
+        "the audit line names the rejected node's key",
+      );
+      assert.equal(
+        error.rawMessage.includes(cluster.issuer.keyDigest),
+        false,
+        "the node is not told its key digest",
+      );
 
       await cluster.writeAttestationConfig(original);
       const restored = await cluster.waitForConfigGeneration(status.configGeneration + 2n);

@@ -44,7 +44,11 @@
  * unverified, informational data: the quote does not cover it and the
  * validator ignores it. A real machine's log is tens of KiB, so a document
  * carrying it can outgrow {@linkcode MAX_EVIDENCE_DOCUMENT_BYTES}, which every
- * verifier rejects; such a quote is sent without the log, with a warning.
+ * verifier rejects. The issuer decides once, at creation: it reads at most one
+ * byte more than that limit (the securityfs file has no size to stat), and
+ * drops a log that would push a typical document of this AK over the limit,
+ * with one warning. Quote sizes hardly vary, so a quote that still comes out
+ * too large with the log is rare; it is sent without the log, with a warning.
  *
  * **Permissions.** The issuer needs `--allow-run` for tpm2_createprimary,
  * tpm2_quote, tpm2_pcrread and tpm2_flushcontext; the PCR helpers in
@@ -66,7 +70,7 @@ import {
   toHex,
 } from "../attestation.ts";
 import type { Logger } from "../../log/logger.ts";
-import { encodeDocument, pcrDigest, type TpmDocumentFields } from "./document.ts";
+import { encodeDocument, pcrDigest, SHA256_PCR_LENGTH, type TpmDocumentFields } from "./document.ts";
 import { readPcrs } from "./pcr.ts";
 import { TpmParseError } from "./reader.ts";
 import { parsePublic, parseQuote, publicKeyDigest } from "./structures.ts";
@@ -97,9 +101,10 @@ export interface TpmIssuerOptions {
   /**
    * Opt-in: a TCG event log file (e.g. {@linkcode DEFAULT_EVENT_LOG_PATH}) to
    * send with every quote, read once at creation if readable. It is
-   * unverified, informational data (the validator ignores it) and is left out
-   * of any quote it would push past {@linkcode MAX_EVIDENCE_DOCUMENT_BYTES}.
-   * Default: none (undefined or null).
+   * unverified, informational data (the validator ignores it). A log too
+   * large for a document within {@linkcode MAX_EVIDENCE_DOCUMENT_BYTES} is
+   * dropped at creation, with a warning, and left out of any single quote it
+   * would still push past that limit. Default: none (undefined or null).
    */
   eventLogPath?: string | null;
   /** Parent directory of the issuer's private key directory; default the system's temp directory. */
@@ -114,6 +119,15 @@ const AK_KEY_TYPES = {
 
 /** The AK's object attributes: a restricted signing key that never leaves this TPM. */
 const AK_ATTRIBUTES = "fixedtpm|fixedparent|sensitivedataorigin|userwithauth|restricted|sign";
+
+/**
+ * Sizes of this issuer's quotes, to size a document before the first one: a
+ * `TPMS_ATTEST` over one PCR bank with 32 bytes of report data, by a key with
+ * a SHA-256 Name, is 145 bytes; its `TPMT_SIGNATURE` is 72 bytes (ECDSA
+ * P-256) or 262 (RSASSA, RSA-2048).
+ */
+const TYPICAL_QUOTE_BYTES = 145;
+const TYPICAL_SIGNATURE_BYTES = { ecc: 72, rsa: 262 } as const;
 
 /** Issues `qemu-vtpm` evidence from a TPM. */
 export class TpmIssuer implements Issuer {
@@ -172,7 +186,18 @@ export class TpmIssuer implements Issuer {
         return await Deno.readFile(path("ak.pub"));
       });
       const keyDigest = await publicKeyDigest(parsePublic(akPublic));
-      const eventLog = options.eventLogPath ? await readEventLog(options.eventLogPath, logger) : undefined;
+      const eventLog = options.eventLogPath
+        ? await loadEventLog(options.eventLogPath, {
+          logger,
+          typicalDocument: {
+            variant: QEMU_VTPM_VARIANT,
+            akPublic,
+            quote: new Uint8Array(TYPICAL_QUOTE_BYTES),
+            signature: new Uint8Array(TYPICAL_SIGNATURE_BYTES[algorithm]),
+            pcrs: new Map(QUOTED_PCRS.map((index) => [index, new Uint8Array(SHA256_PCR_LENGTH)])),
+          },
+        })
+        : undefined;
       logger.info("TPM attestation key ready", { tcti: tpm.tcti, keyAlgorithm: algorithm, keyDigest });
       return new TpmIssuer(tpm, logger, dir, akPublic, keyDigest, eventLog);
     } catch (error) {
@@ -237,7 +262,11 @@ export class TpmIssuer implements Issuer {
     });
   }
 
-  /** The document, with the event log if there is one and the document stays within the size every verifier accepts. */
+  /**
+   * The document, with the event log if there is one and the document stays
+   * within the size every verifier accepts (`loadEventLog` already dropped a
+   * log that cannot fit with a typical quote, so this fallback is rare).
+   */
   #encode(fields: TpmDocumentFields): Uint8Array {
     if (this.#eventLog !== undefined) {
       const document = encodeDocument({ ...fields, eventLog: this.#eventLog });
@@ -252,13 +281,53 @@ export class TpmIssuer implements Issuer {
   }
 }
 
-/** Reads the requested event log once; an unreadable one (no TPM driver log, no permission) is only warned about. */
-async function readEventLog(path: string, logger: Logger): Promise<Uint8Array | undefined> {
+/**
+ * Reads the requested event log once, at most one byte past the document
+ * limit, and keeps it if `typicalDocument` carrying it stays within the
+ * limit. An unreadable log (no TPM driver log, no permission) or one too large
+ * is warned about once, here; quotes then go without it.
+ */
+async function loadEventLog(
+  path: string,
+  options: { logger: Logger; typicalDocument: TpmDocumentFields },
+): Promise<Uint8Array | undefined> {
+  const { logger } = options;
+  let eventLog: Uint8Array;
   try {
-    return await Deno.readFile(path);
+    eventLog = await readAtMost(path, MAX_EVIDENCE_DOCUMENT_BYTES + 1);
   } catch (error) {
     logger.warn("event log unreadable; quotes go without it", { path, error });
     return undefined;
+  }
+  const tooLarge = "event log too large to send; quotes go without it";
+  const maxDocumentBytes = MAX_EVIDENCE_DOCUMENT_BYTES;
+  if (eventLog.length > MAX_EVIDENCE_DOCUMENT_BYTES) {
+    // Not read to the end, so its size is unknown: only that it exceeds the limit on its own.
+    logger.warn(tooLarge, { path, eventLogBytesAtLeast: eventLog.length, maxDocumentBytes });
+    return undefined;
+  }
+  const documentBytes = encodeDocument({ ...options.typicalDocument, eventLog }).length;
+  if (documentBytes > MAX_EVIDENCE_DOCUMENT_BYTES) {
+    logger.warn(tooLarge, { path, eventLogBytes: eventLog.length, documentBytes, maxDocumentBytes });
+    return undefined;
+  }
+  return eventLog;
+}
+
+/** The first `limit` bytes of a file, or all of it if shorter. Works on pseudo-files, whose stat size is 0. */
+async function readAtMost(path: string, limit: number): Promise<Uint8Array> {
+  const file = await Deno.open(path);
+  try {
+    const buffer = new Uint8Array(limit);
+    let length = 0;
+    while (length < limit) {
+      const read = await file.read(buffer.subarray(length));
+      if (read === null) break;
+      length += read;
+    }
+    return buffer.slice(0, length);
+  } finally {
+    file.close();
   }
 }
 

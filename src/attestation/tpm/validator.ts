@@ -43,7 +43,14 @@
  * evidence in that mode can be forged in software without any TPM and proves
  * nothing about the node's boot chain. It is kept as an explicit choice for
  * development and is logged as an INSECURE warning at construction and on
- * every verification that relies on it.
+ * every verification that relies on it: one whose signature and report data
+ * checked out under a key nothing vouches for (documents that fail those
+ * checks are rejected without it, so unauthenticated peers cannot fill the
+ * log with it).
+ *
+ * Every rejection after the document parsed carries the AK's digest in
+ * {@linkcode AttestationError.keyDigest}, so audit lines can name the key of
+ * rejected evidence too.
  *
  * @module
  */
@@ -58,7 +65,7 @@ import {
   type Verification,
 } from "../attestation.ts";
 import type { Logger } from "../../log/logger.ts";
-import { decodeDocument, pcrDigest } from "./document.ts";
+import { decodeDocument, pcrDigest, type TpmEvidence } from "./document.ts";
 import { verifyQuoteSignature } from "./signature.ts";
 import { hex16, ObjectAttribute, publicKeyDigest, TpmAlg } from "./structures.ts";
 
@@ -67,7 +74,7 @@ export const QEMU_VTPM_VARIANT = "qemu-vtpm";
 
 const REQUIRED_AK_ATTRIBUTES = ObjectAttribute.sign | ObjectAttribute.restricted | ObjectAttribute.fixedTPM;
 
-/** Logged when any attestation key is trusted: at construction and on every verification. */
+/** Logged when any attestation key is trusted: at construction and on every verification that relies on it. */
 export const TRUST_ANY_KEY_WARNING =
   "INSECURE: trustAnyKey accepts evidence signed by any key, including software keys; " +
   "anyone can forge qemu-vtpm evidence (any report data, any PCR values) without a TPM. " +
@@ -118,9 +125,18 @@ export class TpmValidator implements Validator {
   ): Promise<Verification> {
     options.signal?.throwIfAborted();
     const evidence = decodeDocument(document, QEMU_VTPM_VARIANT);
-    const { akPublic, quote } = evidence;
+    const keyDigest = await publicKeyDigest(evidence.akPublic);
+    try {
+      return await this.#verify(evidence, keyDigest, reportData);
+    } catch (error) {
+      if (!(error instanceof AttestationError)) throw error;
+      throw new AttestationError(error.reason, error.message, error.mismatches, { keyDigest });
+    }
+  }
 
-    const keyDigest = await publicKeyDigest(akPublic);
+  /** Checks 2–6 (see the module docs) of parsed evidence whose AK has digest `keyDigest`. */
+  async #verify(evidence: TpmEvidence, keyDigest: string, reportData: Uint8Array): Promise<Verification> {
+    const { akPublic, quote } = evidence;
     if ((akPublic.objectAttributes & REQUIRED_AK_ATTRIBUTES) !== REQUIRED_AK_ATTRIBUTES) {
       throw new AttestationError(
         "untrusted-key",
@@ -128,9 +144,7 @@ export class TpmValidator implements Validator {
           `(objectAttributes 0x${akPublic.objectAttributes.toString(16).padStart(8, "0")})`,
       );
     }
-    if (this.#akTrust.kind === "any") {
-      this.#logger.warn(TRUST_ANY_KEY_WARNING, { event: "verification", keyDigest });
-    } else if (!this.#akTrust.keyDigests.has(keyDigest)) {
+    if (this.#akTrust.kind === "allow-list" && !this.#akTrust.keyDigests.has(keyDigest)) {
       throw new AttestationError("untrusted-key", `attestation key ${keyDigest} is not in the allow-list`);
     }
 
@@ -141,6 +155,10 @@ export class TpmValidator implements Validator {
         "report-data-mismatch",
         "quote is bound to other report data than this request's",
       );
+    }
+    // Only now does this verification rely on trusting an unvouched key.
+    if (this.#akTrust.kind === "any") {
+      this.#logger.warn(TRUST_ANY_KEY_WARNING, { event: "verification", keyDigest });
     }
 
     const reported = [...evidence.pcrs.keys()];
