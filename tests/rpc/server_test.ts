@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import * as http2 from "node:http2";
 import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { API } from "../../src/gen/kms/kms_pb.ts";
 import { serveRpc } from "../../src/rpc/server.ts";
 import { peerAddressKey } from "../../src/rpc/peer.ts";
@@ -22,10 +22,17 @@ Deno.test("serveRpc passes the peer address to handlers and closes idle connecti
   });
   try {
     const baseUrl = `http://127.0.0.1:${server.address.port}`;
-    const client = createClient(API, createGrpcTransport({ baseUrl }));
-    await client.getDataKey({ dataKeyId: "x", length: 1 });
+    // Deno 2.9.6 can abort in nghttp2 when a client session with streams gets a GOAWAY: close it first.
+    const sessionManager = new Http2SessionManager(baseUrl);
+    try {
+      const client = createClient(API, createGrpcTransport({ baseUrl, sessionManager }));
+      await client.getDataKey({ dataKeyId: "x", length: 1 });
+    } finally {
+      sessionManager.abort();
+    }
     assert.equal(peer, "127.0.0.1");
 
+    // A connection that never opens a stream is closed by the server once idle.
     const session = http2.connect(baseUrl);
     session.on("error", () => {});
     const closed = new Promise<void>((resolve) => session.once("close", () => resolve()));
