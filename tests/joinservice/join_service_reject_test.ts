@@ -178,6 +178,9 @@ Deno.test("the join service process rejects malformed and malicious requests wit
         ":path": "/join.API/IssueJoinTicket",
         "content-type": "application/proto",
       });
+      // The session is closed only after the stream is: a GOAWAY racing a closing stream can abort
+      // Deno 2.9.6's nghttp2 (see the README's known limitations).
+      const streamClosed = new Promise<void>((resolve) => stream.once("close", () => resolve()));
       // Every byte has its continuation bit set: no valid varint, so no valid message.
       stream.end(crypto.getRandomValues(new Uint8Array(4096)).map((b) => b | 0x80));
       const [headers, body] = await Promise.all([
@@ -193,6 +196,7 @@ Deno.test("the join service process rejects malformed and malicious requests wit
       assert.equal(headers["content-type"], "application/json");
       assert.deepEqual(JSON.parse(body), { code: "internal", message: "parse binary: invalid varint" });
       assert.equal(headers[":status"], 500);
+      await streamClosed;
     } finally {
       session.close();
     }

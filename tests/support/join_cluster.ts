@@ -591,6 +591,15 @@ async function joinServiceProcess(args: string[], caPem: string): Promise<JoinSe
   const sessionManager = new Http2SessionManager(url, {}, { ca: caPem });
   const client = createClient(API, createGrpcTransport({ baseUrl: url, sessionManager }));
   let stopped: Promise<Deno.CommandStatus> | undefined;
+  // A join service that dies by itself fails every later call: say why, once, where the test output shows it.
+  process.status.then((status) => {
+    if (stopped) return;
+    console.error(
+      `join service ${url} exited by itself (code ${status.code}, signal ${status.signal}); its last lines:\n${
+        process.stderrLines.slice(-10).join("\n")
+      }`,
+    );
+  });
   return {
     url,
     metricsUrl: `http://127.0.0.1:${listening.metricsPort}`,
