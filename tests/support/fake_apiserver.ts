@@ -425,15 +425,7 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
   function update(route: Route, input: Json, manager: string): Stored {
     const stored = find(route);
     const metadata = (input.metadata ?? {}) as Json;
-    if (metadata.name !== route.name) {
-      throw new StatusError(
-        400,
-        "BadRequest",
-        `the name of the object (${
-          String(metadata.name ?? "")
-        }) does not match the name on the URL (${route.name})`,
-      );
-    }
+    checkNameMatchesUrl(metadata, route);
     checkNamespace(route, metadata);
     const current = stored.object.metadata as Json;
     if (metadata.resourceVersion !== undefined && metadata.resourceVersion !== current.resourceVersion) {
@@ -874,15 +866,7 @@ function decodeApply(
     throw new StatusError(400, "BadRequest", "invalid object type: apiVersion and kind must be set");
   }
   const metadata = (object.metadata ?? {}) as Json;
-  if (metadata.name !== route.name) {
-    throw new StatusError(
-      400,
-      "BadRequest",
-      `the name of the object (${
-        String(metadata.name ?? "")
-      }) does not match the name on the URL (${route.name})`,
-    );
-  }
+  checkNameMatchesUrl(metadata, route);
   return object;
 }
 
@@ -1118,4 +1102,16 @@ function canonical(value: unknown): unknown {
     return Object.fromEntries(Object.keys(value).sort().map((key) => [key, canonical((value as Json)[key])]));
   }
   return value;
+}
+
+/** The API server's 400 for an object whose metadata.name is not the name in the URL. */
+function checkNameMatchesUrl(metadata: Json, route: Route): void {
+  if (metadata.name === route.name) return;
+  throw new StatusError(
+    400,
+    "BadRequest",
+    `the name of the object (${
+      String(metadata.name ?? "")
+    }) does not match the name on the URL (${route.name})`,
+  );
 }
