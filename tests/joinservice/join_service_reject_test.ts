@@ -5,7 +5,6 @@
  * config is changed on disk, and peers over their rate limit.
  */
 import assert from "node:assert/strict";
-import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { toHex } from "../../src/attestation/attestation.ts";
 import { measurementsDigest, parseMeasurements } from "../../src/attestation/measurements.ts";
@@ -168,42 +167,39 @@ Deno.test("the join service process rejects malformed and malicious requests wit
     }
   });
 
-  await t.step("garbage bytes POSTed as application/proto: a clean error, the service stays up", async () => {
-    const requests = cluster.apiServer.requests.length;
-    const audited = (await auditLines(cluster.joinService)).length;
-    const session = http2.connect(cluster.joinUrl, { ca: cluster.joinCaPem });
-    try {
-      const stream = session.request({
-        ":method": "POST",
-        ":path": "/join.API/IssueJoinTicket",
-        "content-type": "application/proto",
-      });
-      // The session is closed only after the stream is: a GOAWAY racing a closing stream can abort
-      // Deno 2.9.6's nghttp2 (see the README's known limitations).
-      const streamClosed = new Promise<void>((resolve) => stream.once("close", () => resolve()));
-      // Every byte has its continuation bit set: no valid varint, so no valid message.
-      stream.end(crypto.getRandomValues(new Uint8Array(4096)).map((b) => b | 0x80));
-      const [headers, body] = await Promise.all([
-        new Promise<http2.IncomingHttpHeaders>((resolve) => stream.once("response", resolve)),
-        (async () => {
-          let text = "";
-          for await (const chunk of stream) text += new TextDecoder().decode(chunk, { stream: true });
-          return text;
-        })(),
-      ]);
-      // Connect 2.2 (like grpc-go) classifies an undecodable request message as "internal", before any
-      // handler or interceptor runs; the answer is still a clean Connect error naming the decoding failure.
-      assert.equal(headers["content-type"], "application/json");
-      assert.deepEqual(JSON.parse(body), { code: "internal", message: "parse binary: invalid varint" });
-      assert.equal(headers[":status"], 500);
-      await streamClosed;
-    } finally {
-      session.close();
-    }
-    assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
-    assert.equal(cluster.apiServer.requests.length, requests);
-    assert.equal((await auditLines(cluster.joinService)).length, audited, "no ticket decision was made");
-  });
+  await t.step(
+    "garbage bytes POSTed as application/proto over HTTP/1.1: a clean error, the service stays up",
+    async () => {
+      const requests = cluster.apiServer.requests.length;
+      const audited = (await auditLines(cluster.joinService)).length;
+      // Over HTTP/1.1 (the port serves both): with HTTP/2, a client closing its session at an unlucky moment
+      // can abort the whole service in Deno 2.9.6's nghttp2 (README, known limitations), which this step
+      // hit twice in about fifteen CI runs. Sent over HTTP/2 it is answered the same way.
+      const http1 = Deno.createHttpClient({ caCerts: [cluster.joinCaPem], http1: true, http2: false });
+      try {
+        const response = await fetch(`${cluster.joinUrl}/join.API/IssueJoinTicket`, {
+          method: "POST",
+          headers: { "content-type": "application/proto" },
+          // Every byte has its continuation bit set: no valid varint, so no valid message.
+          body: crypto.getRandomValues(new Uint8Array(4096)).map((b) => b | 0x80),
+          client: http1,
+        });
+        // Connect 2.2 (like grpc-go) classifies an undecodable request message as "internal", before any
+        // handler or interceptor runs; the answer is still a clean Connect error naming the decoding failure.
+        assert.equal(response.headers.get("content-type"), "application/json");
+        assert.deepEqual(await response.json(), {
+          code: "internal",
+          message: "parse binary: invalid varint",
+        });
+        assert.equal(response.status, 500);
+      } finally {
+        http1.close();
+      }
+      assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
+      assert.equal(cluster.apiServer.requests.length, requests);
+      assert.equal((await auditLines(cluster.joinService)).length, audited, "no ticket decision was made");
+    },
+  );
 
   await t.step(
     "changed measurements on disk: reloaded, every mismatch named, accepted again when restored",
