@@ -12,7 +12,6 @@
  *
  * @module
  */
-import { toHex } from "../attestation/attestation.ts";
 import type { Clock } from "../clock.ts";
 import { ExchangeError } from "./errors.ts";
 
@@ -161,7 +160,7 @@ export class ChallengeNonces {
       );
     }
     if (now >= this.#nextPruneAt || this.#consumed.size >= this.#maxTracked) this.#prune(now);
-    const id = toHex(body.subarray(9));
+    const id = body.subarray(9).toHex();
     if (this.#consumed.has(id)) {
       throw new ExchangeError("nonce-replayed", "nonce was already used; get a new challenge");
     }

@@ -115,11 +115,6 @@ export class AttestationError extends Error {
   }
 }
 
-/** Lower-case hex of bytes. */
-export function toHex(bytes: Uint8Array): string {
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
 /** Constant-time equality of two byte arrays. */
 export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
   if (a.length !== b.length) return false;

@@ -64,12 +64,12 @@ export type AttestationConfigFailure =
 /** The attestation config is unreadable or invalid. The message names the field. */
 export class AttestationConfigError extends Error {
   /** The reason, machine-readable. */
-  readonly code: AttestationConfigFailure;
+  readonly reason: AttestationConfigFailure;
 
-  constructor(code: AttestationConfigFailure, message: string, options?: ErrorOptions) {
+  constructor(reason: AttestationConfigFailure, message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "AttestationConfigError";
-    this.code = code;
+    this.reason = reason;
   }
 }
 
@@ -94,10 +94,10 @@ export function parseAttestationConfig(
   const source = options.source ?? "attestation config";
   const fail = (
     message: string,
-    code: AttestationConfigFailure = "invalid-config",
+    reason: AttestationConfigFailure = "invalid-config",
     cause?: unknown,
   ): never => {
-    throw new AttestationConfigError(code, `${source}: ${message}`, { cause });
+    throw new AttestationConfigError(reason, `${source}: ${message}`, { cause });
   };
 
   let value: unknown;

@@ -21,7 +21,7 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { bytesEqual, type Measurement, type Measurements, toHex } from "./attestation.ts";
+import { bytesEqual, type Measurement, type Measurements } from "./attestation.ts";
 
 /** Highest accepted measurement index (TPM 2.0 PCR 23). */
 export const MAX_MEASUREMENT_INDEX = 23;
@@ -145,7 +145,7 @@ function parseExpected(key: string, hex: string): Uint8Array {
 export function marshalMeasurements(measurements: Measurements): string {
   const entries = [...measurements].sort(([a], [b]) => a - b).map(([index, m]) =>
     `${JSON.stringify(String(index))}:${
-      JSON.stringify({ expected: toHex(m.expected), warnOnly: m.warnOnly })
+      JSON.stringify({ expected: m.expected.toHex(), warnOnly: m.warnOnly })
     }`
   );
   return `{${entries.join(",")}}`;

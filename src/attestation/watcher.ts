@@ -404,7 +404,7 @@ export class AttestationConfigWatcher {
     this.#logger.error("attestation config reload failed; keeping the last good config", {
       path: this.#options.path,
       error: error.message,
-      code: error instanceof AttestationConfigError ? error.code : undefined,
+      reason: error instanceof AttestationConfigError ? error.reason : undefined,
       generation: this.#state.generation,
       digest: this.#state.digest,
     });

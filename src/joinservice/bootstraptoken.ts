@@ -9,11 +9,11 @@
  */
 import type { Secret } from "kubernetes-types/core/v1.d.ts";
 import { type Clock, systemClock } from "../clock.ts";
+import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
+import { rfc3339 } from "../rfc3339.ts";
 
 /** How long a join token is valid (the original's `KubernetesJoinTokenTTL`). */
 export const BOOTSTRAP_TOKEN_TTL_MS = 15 * 60 * 1000;
-/** Namespace of bootstrap token Secrets. */
-export const BOOTSTRAP_TOKEN_NAMESPACE = "kube-system";
 /** Secret type the API server recognizes as a bootstrap token. */
 export const BOOTSTRAP_TOKEN_SECRET_TYPE = "bootstrap.kubernetes.io/token";
 /** Description stored with every token. */
@@ -42,18 +42,18 @@ export interface BootstrapToken {
 /** A token was generated but could not be stored. Never carries the token's secret. */
 export class BootstrapTokenError extends Error {
   /** "id-collisions" when every generated ID already existed, "create-failed" otherwise. */
-  readonly code: "id-collisions" | "create-failed";
+  readonly reason: "id-collisions" | "create-failed";
   /** Whether the store's failure was transient (its error said `retryable`), so a later try may succeed. */
   readonly retryable: boolean;
 
   constructor(
-    code: "id-collisions" | "create-failed",
+    reason: "id-collisions" | "create-failed",
     message: string,
     options: { retryable?: boolean } = {},
   ) {
     super(message);
     this.name = "BootstrapTokenError";
-    this.code = code;
+    this.reason = reason;
     this.retryable = options.retryable ?? false;
   }
 }
@@ -75,9 +75,13 @@ export function generateBootstrapToken(): BootstrapToken {
   return { id, secret, token: `${id}.${secret}` };
 }
 
-/** RFC 3339 in UTC without fractional seconds, as Go's `time.RFC3339` writes it. */
-function rfc3339(date: Date): string {
-  return date.toISOString().replace(/\.\d{3}Z$/, "Z");
+/**
+ * Name of the Secret of the token with ID `tokenId`, in
+ * {@linkcode KUBE_SYSTEM_NAMESPACE}, where the API server's bootstrap
+ * authenticator looks for it.
+ */
+export function bootstrapTokenSecretName(tokenId: string): string {
+  return `bootstrap-token-${tokenId}`;
 }
 
 /**
@@ -98,7 +102,7 @@ export function bootstrapTokenSecret(token: BootstrapToken, expiresAt: Date): Se
   return {
     apiVersion: "v1",
     kind: "Secret",
-    metadata: { name: `bootstrap-token-${token.id}`, namespace: BOOTSTRAP_TOKEN_NAMESPACE },
+    metadata: { name: bootstrapTokenSecretName(token.id), namespace: KUBE_SYSTEM_NAMESPACE },
     type: BOOTSTRAP_TOKEN_SECRET_TYPE,
     data: Object.fromEntries(Object.entries(values).map(([k, v]) => [k, encoder.encode(v).toBase64()])),
   };
@@ -168,7 +172,7 @@ export async function createBootstrapToken(
     const expiresAt = new Date(Math.floor((clock.now() + ttlMs) / 1000) * 1000);
     const secret = bootstrapTokenSecret(token, expiresAt);
     try {
-      await options.secrets.create(BOOTSTRAP_TOKEN_NAMESPACE, secret, { signal: options.signal });
+      await options.secrets.create(KUBE_SYSTEM_NAMESPACE, secret, { signal: options.signal });
       return { ...token, expiresAt };
     } catch (error) {
       if (options.signal?.aborted) throw options.signal.reason;
@@ -180,7 +184,7 @@ export async function createBootstrapToken(
       ]);
       throw new BootstrapTokenError(
         "create-failed",
-        `creating bootstrap token secret ${BOOTSTRAP_TOKEN_NAMESPACE}/${secret.metadata!.name}: ${detail}`,
+        `creating bootstrap token secret ${KUBE_SYSTEM_NAMESPACE}/${secret.metadata!.name}: ${detail}`,
         { retryable: (error as { retryable?: unknown })?.retryable === true },
       );
     }

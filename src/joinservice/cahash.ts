@@ -4,7 +4,6 @@
  *
  * @module
  */
-import { toHex } from "../attestation/attestation.ts";
 import { parseCaCertificate } from "./kubeletca.ts";
 
 /**
@@ -16,5 +15,5 @@ import { parseCaCertificate } from "./kubeletca.ts";
 export async function discoveryTokenCaCertHash(caPem: string, source = "ca.crt"): Promise<string> {
   const certificate = parseCaCertificate(caPem, source);
   const digest = await crypto.subtle.digest("SHA-256", certificate.publicKey.rawData);
-  return `sha256:${toHex(new Uint8Array(digest))}`;
+  return `sha256:${new Uint8Array(digest).toHex()}`;
 }

@@ -11,7 +11,6 @@
  *
  * @module
  */
-import { toHex } from "../attestation/attestation.ts";
 
 /** The ConfigMap data key holding the components JSON. */
 export const COMPONENTS_LIST_KEY = "components";
@@ -114,7 +113,7 @@ export function encodeComponents(components: readonly KubernetesComponent[]): st
 /** `"sha256:"` + hex SHA-256 of every component's hash string concatenated in list order. */
 export async function componentsHash(components: readonly KubernetesComponent[]): Promise<string> {
   const concatenated = new TextEncoder().encode(components.map((c) => c.hash).join(""));
-  return `sha256:${toHex(new Uint8Array(await crypto.subtle.digest("SHA-256", concatenated)))}`;
+  return `sha256:${new Uint8Array(await crypto.subtle.digest("SHA-256", concatenated)).toHex()}`;
 }
 
 /** The components ConfigMap's name: `k8s-components-sha256-<hex>` ({@linkcode componentsHash}, `:` → `-`). */

@@ -31,14 +31,14 @@ export interface ControlPlaneFile {
 /** A control-plane file could not be read. The message names the file, never its content. */
 export class ControlPlaneFilesError extends Error {
   /** "missing" when the file does not exist, "unreadable" for any other failure. */
-  readonly code: "missing" | "unreadable";
+  readonly reason: "missing" | "unreadable";
   /** The file's name relative to the PKI directory. */
   readonly file: string;
 
-  constructor(code: "missing" | "unreadable", file: string, message: string) {
+  constructor(reason: "missing" | "unreadable", file: string, message: string) {
     super(message);
     this.name = "ControlPlaneFilesError";
-    this.code = code;
+    this.reason = reason;
     this.file = file;
   }
 }

@@ -14,7 +14,9 @@ import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
 import { KubernetesError } from "../kubernetes/errors.ts";
 import { isRetryableKeyServiceError, type KeyServiceClient } from "../keyservice/client.ts";
 import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
-import { BootstrapTokenError, createBootstrapToken } from "./bootstraptoken.ts";
+import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
+import { SharedLoad } from "../async/shared_load.ts";
+import { BootstrapTokenError, bootstrapTokenSecretName, createBootstrapToken } from "./bootstraptoken.ts";
 import { discoveryTokenCaCertHash } from "./cahash.ts";
 import { type KubernetesComponent, parseComponents } from "./components.ts";
 import { loadControlPlaneFiles } from "./controlplanefiles.ts";
@@ -30,8 +32,6 @@ import type {
   SshHostCertifier,
 } from "./server.ts";
 
-/** Namespace of the cluster's system objects. */
-export const SYSTEM_NAMESPACE = "kube-system";
 /** The NodeVersion resource naming the components ConfigMap. */
 export const NODE_VERSION = { group: "update.edgeless.systems", version: "v1alpha1", plural: "nodeversions" };
 /** Name of the cluster's NodeVersion object. */
@@ -96,24 +96,17 @@ export function kubeletSigner(
 ): KubeletSigner & { checkCa(): Promise<void> } {
   const certFile = `${options.pkiDir}/ca.crt`;
   const keyFile = `${options.pkiDir}/ca.key`;
-  let cached: { stamp: string; ca: ReturnType<typeof readKubeletCa> } | undefined;
-  // Shared by concurrent requests, so loaded without any one request's signal.
-  const loadCa = async () => {
-    const stamp = await fileStamp([certFile, keyFile]);
-    if (!cached || cached.stamp !== stamp) {
-      cached = { stamp, ca: readKubeletCa({ certFile, keyFile }) };
-      cached.ca.catch(() => (cached = undefined));
-    }
-    return await cached.ca;
-  };
+  const ca = new SharedLoad(() => readKubeletCa({ certFile, keyFile }));
+  const loadCa = async (signal?: AbortSignal) =>
+    await ca.get({ version: await fileStamp([certFile, keyFile]), signal });
   return {
     async checkCa() {
       await loadCa();
     },
-    async sign(csrDer) {
+    async sign(csrDer, { signal }) {
       let ca;
       try {
-        ca = await loadCa();
+        ca = await loadCa(signal);
       } catch (e) {
         throw new ConnectError(`cluster CA unusable: ${(e as Error).message}`, Code.Internal);
       }
@@ -123,7 +116,7 @@ export function kubeletSigner(
         certificatePem = await signKubeletCertificate(csrDer, ca, { clock: options.clock });
         nodeName = k8sCompliantHostname(nodeNameFromCsr(csrDer));
       } catch (e) {
-        const rejected = (e instanceof KubeletCaError && e.code.startsWith("csr-")) ||
+        const rejected = (e instanceof KubeletCaError && e.reason.startsWith("csr-")) ||
           e instanceof NodeNameError;
         if (!rejected) throw e; // not the node's fault: an Internal error, logged by the service
         throw new ConnectError(`certificate request rejected: ${e.message}`, Code.InvalidArgument);
@@ -150,7 +143,9 @@ export interface ClusterInfoOptions {
 
 /** Cluster facts for tickets, from the API server, the control plane's files and the metadata API. */
 export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
-  let endpoint: Promise<string> | undefined;
+  const endpoint = "metadataUrl" in options.endpoint
+    ? new SharedLoad(endpointFromMetadata.bind(undefined, options.endpoint.metadataUrl))
+    : undefined;
   let discoveryHash: { stamp: string; hash: string } | undefined;
   const componentsByName = new Map<string, KubernetesComponent[]>();
   return {
@@ -170,7 +165,9 @@ export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
         // The components ConfigMap is immutable and named by its content's hash: read it once per name.
         let components = componentsByName.get(configMapName);
         if (!components) {
-          const configMap = await options.client.getConfigMap(SYSTEM_NAMESPACE, configMapName, { signal });
+          const configMap = await options.client.getConfigMap(KUBE_SYSTEM_NAMESPACE, configMapName, {
+            signal,
+          });
           try {
             components = parseComponents(configMap.data?.components ?? "");
           } catch (e) {
@@ -199,14 +196,9 @@ export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
       }
     },
 
-    apiServerEndpoint() {
+    apiServerEndpoint({ signal }) {
       if ("fixed" in options.endpoint) return Promise.resolve(options.endpoint.fixed);
-      // Shared by concurrent requests, so fetched under its own timeout, not one request's signal.
-      endpoint ??= endpointFromMetadata(options.endpoint.metadataUrl).catch((e) => {
-        endpoint = undefined;
-        throw e;
-      });
-      return endpoint;
+      return endpoint!.get({ signal });
     },
 
     async controlPlaneFiles({ signal }) {
@@ -254,7 +246,7 @@ export function bootstrapTokens(options: { client: KubernetesClient; clock: Cloc
     },
     delete(tokenId, { signal }) {
       return kubernetesCall(() =>
-        options.client.deleteSecret(SYSTEM_NAMESPACE, `bootstrap-token-${tokenId}`, { signal })
+        options.client.deleteSecret(KUBE_SYSTEM_NAMESPACE, bootstrapTokenSecretName(tokenId), { signal })
       );
     },
   };
@@ -328,20 +320,13 @@ export function joiningNodes(
 
 /** SSH host certificates from the CA derived from the master secret (key ID "ca_emergency_ssh"). */
 export function sshHostCertifier(options: { keys: KeySource; clock: Clock }): SshHostCertifier {
-  let ca: Promise<SshCa> | undefined;
-  // Shared by concurrent callers, so fetched without any caller's signal (see exchange.ts).
-  const getCa = () => {
-    ca ??= options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, {}).then((seed) => SshCa.fromSeed(seed))
-      .catch((e) => {
-        ca = undefined;
-        throw e;
-      });
-    return ca;
-  };
+  const ca = new SharedLoad(async () =>
+    await SshCa.fromSeed(await options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, {}))
+  );
   const encoder = new TextEncoder();
   return {
-    async certify(hostPublicKey, principals) {
-      const sshCa = await getCa();
+    async certify(hostPublicKey, principals, { signal }) {
+      const sshCa = await ca.get({ signal });
       try {
         const certificate = await sshCa.signHostCertificate(hostPublicKey, principals, {
           clock: options.clock,

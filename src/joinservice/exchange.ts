@@ -15,6 +15,7 @@ import { ChallengeNonces, NONCE_KEY_ID, NONCE_KEY_LENGTH } from "../atls/nonce.t
 import { ExchangeError, toConnectError } from "../atls/errors.ts";
 import { sealResponse, verifyAttestedRequest } from "../atls/verifier.ts";
 import type { Clock } from "../clock.ts";
+import { SharedLoad } from "../async/shared_load.ts";
 import type { AttestedExchange, KeySource, VerifiedRequest } from "./server.ts";
 
 /** Options for {@linkcode createAttestedExchange}. */
@@ -33,20 +34,13 @@ const FAILURE_HOLD_MS = 250;
 
 /** Builds the {@linkcode AttestedExchange} the join service uses. */
 export function createAttestedExchange(options: AttestedExchangeOptions): AttestedExchange {
-  let nonces: Promise<ChallengeNonces> | undefined;
-  let failedAt = -Infinity;
-  // Concurrent callers share one fetch, so it runs without any caller's signal: a node that gives up
-  // must not fail the others (the key service client's own deadline bounds the fetch). A failure is
-  // kept for a moment, so unauthenticated challenges during an outage do not each hit the key service.
-  const getNonces = (): Promise<ChallengeNonces> => {
-    if (failedAt !== -Infinity && failedAt <= options.clock.now() - FAILURE_HOLD_MS) {
-      nonces = undefined; // the failure is old enough: try again
-      failedAt = -Infinity;
-    }
-    nonces ??= options.keys.getDataKey(NONCE_KEY_ID, NONCE_KEY_LENGTH, {}).then(
-      (key) => new ChallengeNonces({ key, clock: options.clock, lifetimeMs: options.nonceLifetimeMs }),
-    ).catch((e) => {
-      failedAt = options.clock.now();
+  // The key service client's own deadline bounds the fetch. A failure is kept for a moment, so
+  // unauthenticated challenges during an outage do not each hit the key service.
+  const nonces = new SharedLoad(async () => {
+    try {
+      const key = await options.keys.getDataKey(NONCE_KEY_ID, NONCE_KEY_LENGTH, {});
+      return new ChallengeNonces({ key, clock: options.clock, lifetimeMs: options.nonceLifetimeMs });
+    } catch (e) {
       // Challenges are unauthenticated: the caller learns only that the key service is unavailable.
       const code = ConnectError.from(e).code === Code.Unavailable ? Code.Unavailable : Code.Internal;
       throw new ConnectError(
@@ -56,17 +50,16 @@ export function createAttestedExchange(options: AttestedExchangeOptions): Attest
         undefined,
         e,
       );
-    });
-    return nonces;
-  };
+    }
+  }, { failureHoldMs: FAILURE_HOLD_MS, clock: options.clock });
 
   return {
-    async challenge() {
-      return await (await getNonces()).issue();
+    async challenge({ signal }) {
+      return await (await nonces.get({ signal })).issue();
     },
 
     async verify({ attestation, purpose, requestDigest, signal }): Promise<VerifiedRequest> {
-      const challengeNonces = await getNonces();
+      const challengeNonces = await nonces.get({ signal });
       try {
         const verified = await verifyAttestedRequest({
           attestation,

@@ -46,8 +46,9 @@ import type { Counter, Histogram } from "../metrics/registry.ts";
 import type { RateLimiter } from "../limits/ratelimiter.ts";
 import { PoolFullError, type WorkPool } from "../limits/pool.ts";
 import { peerAddressKey } from "../rpc/peer.ts";
+import { SharedLoad } from "../async/shared_load.ts";
 import { joinRequestDigest, rejoinRequestDigest } from "../atls/reportdata.ts";
-import { DERIVED_KEY_LENGTH, MEASUREMENT_SECRET_KEY_ID, stateDiskKeyID } from "../kms/keys.ts";
+import { DERIVED_KEY_LENGTH, MEASUREMENT_SECRET_KEY_ID, stateDiskKeyId } from "../kms/keys.ts";
 
 /** Name of the JoiningNode that marks a joining control plane: no worker may use it. */
 const RESERVED_NODE_NAME = "control-plane";
@@ -294,16 +295,9 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
         ),
     );
   // The measurement secret is one value for the whole cluster: fetched once, again after a failure.
-  // Concurrent requests share the fetch, so it runs without any one request's signal: a node that
-  // gives up must not fail the others.
-  let measurementSecret: Promise<Uint8Array> | undefined;
-  const measurementSecretOf = () => {
-    measurementSecret ??= keyService("measurement secret", MEASUREMENT_SECRET_KEY_ID).catch((e) => {
-      measurementSecret = undefined;
-      throw e;
-    });
-    return measurementSecret;
-  };
+  const sharedMeasurementSecret = new SharedLoad(() =>
+    keyService("measurement secret", MEASUREMENT_SECRET_KEY_ID)
+  );
   const apiServer = <T>(operation: string, fn: () => Promise<T>) =>
     step(operation, () => deps.metrics.apiServerSeconds.time({ operation }, fn));
 
@@ -329,7 +323,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
       const role = req.isControlPlane ? "control-plane" : "worker";
       return decide("IssueJoinTicket", ctx, { diskUuid: printable(req.diskUuid), role }, async (audit) => {
         checkJoinRequest(req);
-        const diskUuid = stateDiskKeyID(req.diskUuid);
+        const diskUuid = stateDiskKeyId(req.diskUuid);
         const verified = await verify(req.attestation, "join", await digestOfJoin(req), ctx.signal, audit);
         const signal = ctx.signal;
 
@@ -343,7 +337,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
         const [measurementSecret, stateDiskKey, ssh, components, caHash, endpoint, controlPlaneFiles] =
           await firstFailure(
             [
-              measurementSecretOf(),
+              sharedMeasurementSecret.get({ signal }),
               keyService("state disk key", diskUuid, signal),
               req.hostPublicKey.length > 0
                 ? step(
@@ -409,7 +403,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
         { diskUuid: printable(req.diskUuid), role: "rejoin" },
         async (audit) => {
           checkDiskUuid(req);
-          const diskUuid = stateDiskKeyID(req.diskUuid);
+          const diskUuid = stateDiskKeyId(req.diskUuid);
           const verified = await verify(
             req.attestation,
             "rejoin",
@@ -417,7 +411,7 @@ export function createJoinService(deps: JoinServiceDependencies): ServiceImpl<ty
             ctx.signal,
             audit,
           );
-          const measurementSecret = await measurementSecretOf();
+          const measurementSecret = await sharedMeasurementSecret.get({ signal: ctx.signal });
           const stateDiskKey = await keyService("state disk key", diskUuid, ctx.signal);
           const ticket = create(IssueRejoinTicketResponseSchema, { stateDiskKey, measurementSecret });
           const sealed = await step(

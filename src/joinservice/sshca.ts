@@ -31,7 +31,7 @@ const NEVER_EXPIRES = 0xffff_ffff_ffff_ffffn;
 const ED25519_PKCS8_PREFIX = Uint8Array.fromHex("302e020100300506032b657004220420");
 
 /** Why an SSH key or certificate request was rejected. */
-export type SshCaErrorCode =
+export type SshCaFailure =
   | "invalid-seed"
   | "malformed-key"
   | "unsupported-key"
@@ -41,12 +41,12 @@ export type SshCaErrorCode =
 /** An SSH CA input was rejected. Never carries key material of the CA. */
 export class SshCaError extends Error {
   /** Machine-readable reason. */
-  readonly code: SshCaErrorCode;
+  readonly reason: SshCaFailure;
 
-  constructor(code: SshCaErrorCode, message: string) {
+  constructor(reason: SshCaFailure, message: string) {
     super(message);
     this.name = "SshCaError";
-    this.code = code;
+    this.reason = reason;
   }
 }
 

@@ -32,14 +32,14 @@ export interface GetDataKeyOptions {
 /** A key service client. */
 export interface KeyServiceClient {
   /**
-   * Returns the data key for `keyID` (without the "key-" prefix, which the
+   * Returns the data key for `keyId` (without the "key-" prefix, which the
    * key service adds) of `length` bytes.
    *
    * @throws {ConnectError} with the call's code: Unavailable (no connection)
    * and DeadlineExceeded are worth retrying (see
    * {@linkcode isRetryableKeyServiceError}); InvalidArgument is not.
    */
-  getDataKey(keyID: string, length: number, options?: GetDataKeyOptions): Promise<Uint8Array>;
+  getDataKey(keyId: string, length: number, options?: GetDataKeyOptions): Promise<Uint8Array>;
 }
 
 /** Default per-call deadline. */
@@ -54,12 +54,12 @@ export function createKeyServiceClient(options: KeyServiceClientOptions): KeySer
   const baseUrl = endpointUrl(options.endpoint);
   const timeoutMs = options.timeoutMs ?? DEFAULT_KEY_SERVICE_TIMEOUT_MS;
   return {
-    async getDataKey(keyID, length, callOptions = {}) {
+    async getDataKey(keyId, length, callOptions = {}) {
       const sessionManager = new Http2SessionManager(baseUrl);
       try {
         const client = createClient(API, createGrpcTransport({ baseUrl, sessionManager }));
         const response = await client.getDataKey(
-          { dataKeyId: keyID, length },
+          { dataKeyId: keyId, length },
           { timeoutMs, signal: callOptions.signal },
         );
         if (response.dataKey.length !== length) {

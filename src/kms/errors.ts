@@ -5,7 +5,7 @@
  */
 
 /** What went wrong, machine-readable. */
-export type KmsErrorCode =
+export type KmsFailure =
   | "invalid-length" // a derived key length outside 1..8160 bytes
   | "missing-master-key" // an empty master secret
   | "missing-salt" // an empty salt
@@ -19,11 +19,11 @@ export type KmsErrorCode =
  */
 export class KmsError extends Error {
   /** The failure, machine-readable. */
-  readonly code: KmsErrorCode;
+  readonly reason: KmsFailure;
 
-  constructor(code: KmsErrorCode, message: string) {
+  constructor(reason: KmsFailure, message: string) {
     super(message);
     this.name = "KmsError";
-    this.code = code;
+    this.reason = reason;
   }
 }

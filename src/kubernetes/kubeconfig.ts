@@ -12,6 +12,7 @@
  */
 import { dirname, isAbsolute, join } from "node:path";
 import { parse, YAMLParseError } from "yaml";
+import { encodePem } from "../x509/pem.ts";
 import * as x509 from "../x509/x509.ts";
 import type { ClientCertificate, ConnectionConfig } from "./connection.ts";
 import { fileTokenSource, type ReadTextFile, staticToken, type TokenSource } from "./token.ts";
@@ -301,7 +302,7 @@ export function selectDiscoveryCluster(config: Kubeconfig): string[] {
         `${what} holds an invalid certificate: ${(error as Error).message}`,
       );
     }
-    certificates.push(x509.PemConverter.encode(block.rawData, "CERTIFICATE") + "\n");
+    certificates.push(encodePem(block.rawData, "CERTIFICATE"));
   }
   if (certificates.length === 0) {
     throw new KubeconfigError("missing", `${what} does not contain any valid RSA or ECDSA certificates`);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { create, fromBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import type { Measurements } from "../../src/attestation/attestation.ts";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
@@ -13,6 +13,7 @@ import {
 import { silentLogger } from "../../src/log/logger.ts";
 import { startSwtpm } from "../support/swtpm.ts";
 import { type JoinFixture, startJoinFixture, stateDiskKeyFor } from "./join_fixture.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 const DISK = "3b7e9c41-8a2d-4f6e-b5c0-7d1a9e2f4c68";
 const zero = new Uint8Array(32);
@@ -65,10 +66,7 @@ Deno.test("rejoin over TLS with qemu-vtpm evidence from swtpm", async (t) => {
           new TpmValidator({ measurements, akTrust, logger: silentLogger }),
         );
         const { response } = await rejoin(fixture, issuer);
-        const err = await response.then(() => undefined, (e: unknown) => e);
-        assert.ok(err instanceof ConnectError, `want ConnectError, got ${err}`);
-        assert.equal(err.code, Code.PermissionDenied);
-        assert.match(err.rawMessage, /\(measurement-mismatch\)/);
+        const err = await expectConnectError(response, Code.PermissionDenied, /\(measurement-mismatch\)/);
         assert.ok(
           err.rawMessage.includes(`PCR[4] expected ${"aa".repeat(32)}, got ${"00".repeat(32)} (enforced)`),
         );

@@ -22,7 +22,7 @@ import {
 } from "../../src/gen/join/join_pb.ts";
 import { serveRpc } from "../../src/rpc/server.ts";
 import { createTestCa, issueLoopbackServerCert } from "../support/pki.ts";
-import { ManualClock } from "./manual_clock.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 
 /** The state disk key the fixture hands out for `diskUuid`. */
 export function stateDiskKeyFor(diskUuid: string): Promise<Uint8Array<ArrayBuffer>> {

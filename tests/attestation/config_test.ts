@@ -20,14 +20,14 @@ function qemu(extra: Record<string, unknown> = {}): string {
 function assertConfigError(
   text: string,
   variant: string,
-  code: AttestationConfigFailure,
+  reason: AttestationConfigFailure,
   message: string | RegExp,
 ): void {
   assert.throws(
     () => parseAttestationConfig(text, { variant }),
     (error: unknown) => {
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, code);
+      assert.equal(error.reason, reason);
       if (typeof message === "string") assert.equal(error.message, message);
       else assert.match(error.message, message);
       return true;
@@ -314,7 +314,7 @@ Deno.test("readConfigText reads text and reports unreadable and non-UTF-8 files"
 
     await assert.rejects(readConfigText(`${dir}/missing`), (error: unknown) => {
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, "unreadable");
+      assert.equal(error.reason, "unreadable");
       assert.match(error.message, new RegExp(`^cannot read attestation config ${dir}/missing: No such file`));
       return true;
     });
@@ -322,7 +322,7 @@ Deno.test("readConfigText reads text and reports unreadable and non-UTF-8 files"
     await Deno.writeFile(`${dir}/binary`, new Uint8Array([0x7b, 0xff, 0x7d]));
     await assert.rejects(readConfigText(`${dir}/binary`), (error: unknown) => {
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, "invalid-json");
+      assert.equal(error.reason, "invalid-json");
       assert.equal(error.message, `attestation config ${dir}/binary: not UTF-8 text`);
       return true;
     });

@@ -63,7 +63,7 @@ async function forgeDocument(reportData: Uint8Array): Promise<Uint8Array> {
   const tpmtPublic = new Marshaller()
     .u16(TpmAlg.ECC)
     .u16(TpmAlg.SHA256) // nameAlg
-    .u32(ObjectAttribute.fixedTPM | ObjectAttribute.restricted | ObjectAttribute.sign)
+    .u32(ObjectAttribute.fixedTpm | ObjectAttribute.restricted | ObjectAttribute.sign)
     .sized(new Uint8Array()) // authPolicy
     .u16(TpmAlg.NULL) // symmetric
     .u16(TpmAlg.ECDSA).u16(TpmAlg.SHA256) // scheme

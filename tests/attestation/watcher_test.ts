@@ -101,7 +101,7 @@ Deno.test("start rejects a missing, invalid or wrong-variant config", async () =
   await withConfigDir(async (dir, path) => {
     await assert.rejects(start({ path }), (error: unknown) => {
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, "unreadable");
+      assert.equal(error.reason, "unreadable");
       assert.match(error.message, new RegExp(`^cannot read attestation config ${path}: No such file`));
       return true;
     });
@@ -254,18 +254,18 @@ Deno.test("invalid content keeps the last good config; a later valid change appl
       assert.ok(logged);
       assert.equal(logged.level, "error");
       assert.equal(logged.generation, 1);
-      assert.equal(logged.code, "invalid-config");
+      assert.equal(logged.reason, "invalid-config");
 
       failed = errors.next();
       await Deno.remove(path);
       error = await failed;
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, "unreadable");
+      assert.equal(error.reason, "unreadable");
       assert.equal(watcher.current(), good);
 
       failed = errors.next();
       await Deno.writeTextFile(path, '{"variant":"qemu-vtpm"}');
-      assert.equal((await failed as AttestationConfigError).code, "variant-mismatch");
+      assert.equal((await failed as AttestationConfigError).reason, "variant-mismatch");
       assert.equal(watcher.current(), good);
 
       await Deno.writeTextFile(path, dummyConfig("ee"));
@@ -288,7 +288,7 @@ Deno.test("a rewrite without effective change keeps the generation", async () =>
       const good = watcher.current();
       const failed = errors.next();
       await Deno.writeTextFile(path, "not json");
-      assert.equal((await failed as AttestationConfigError).code, "invalid-json");
+      assert.equal((await failed as AttestationConfigError).reason, "invalid-json");
       // The same config, spelled differently (legacy form, upper-case hex, whitespace).
       const recovered = next("attestation config is valid again and unchanged");
       await Deno.writeTextFile(path, `{ "measurements": {"4": "${"AA".repeat(32)}"}, "variant": "dummy" }\n`);
@@ -500,7 +500,7 @@ Deno.test("a file that stays unreadable is reported once, not at every re-read",
       await Deno.remove(path);
       await new Promise((resolve) => setTimeout(resolve, 10 * POLL_MS));
       assert.equal(failures.length, 1);
-      assert.equal((failures[0] as AttestationConfigError).code, "unreadable");
+      assert.equal((failures[0] as AttestationConfigError).reason, "unreadable");
       await Deno.writeTextFile(path, dummyConfig("bb"));
       assert.equal((await watcher.reloaded(1, { signal: timeout() })).generation, 2);
     } finally {

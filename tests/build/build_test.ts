@@ -4,7 +4,6 @@
  * (/var/config) and cannot read or bind outside them.
  */
 import assert from "node:assert/strict";
-import { toHex } from "../../src/attestation/attestation.ts";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { launcherScript, permissionFlags } from "../../scripts/build.ts";
 import { HKDF_ZERO } from "../kms/vectors.ts";
@@ -122,7 +121,7 @@ Deno.test("the built services run under exactly their permission sets", async (t
       ], { readyMatch: KEY_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
       try {
         const client = createKeyServiceClient({ endpoint: `127.0.0.1:${service.port}`, timeoutMs: 5000 });
-        assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
+        assert.equal((await client.getDataKey(ZERO_UUID, 32)).toHex(), HKDF_ZERO.output);
       } finally {
         assert.equal((await service.stop()).code, 0);
       }

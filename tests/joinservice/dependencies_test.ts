@@ -1,7 +1,7 @@
-import assert from "node:assert/strict";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { keySource } from "../../src/joinservice/dependencies.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 Deno.test("a key service that accepts but never answers is Unavailable to the join service, not a timeout", async () => {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -13,10 +13,11 @@ Deno.test("a key service that accepts but never answers is Unavailable to the jo
     const keys = keySource(
       createKeyServiceClient({ endpoint: `127.0.0.1:${listener.addr.port}`, timeoutMs: 300 }),
     );
-    const error = await keys.getDataKey("measurementSecret", 32, {}).then(() => undefined, (e) => e);
-    assert.ok(error instanceof ConnectError);
-    assert.equal(Code[error.code], "Unavailable", error.rawMessage);
-    assert.match(error.rawMessage, /^key service unavailable: /);
+    await expectConnectError(
+      keys.getDataKey("measurementSecret", 32, {}),
+      Code.Unavailable,
+      /^key service unavailable: /,
+    );
   } finally {
     listener.close();
     await accepting.catch(() => {});
@@ -29,7 +30,5 @@ Deno.test("a key service that refuses connections is Unavailable to the join ser
   const port = listener.addr.port;
   listener.close();
   const keys = keySource(createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 2000 }));
-  const error = await keys.getDataKey("measurementSecret", 32, {}).then(() => undefined, (e) => e);
-  assert.ok(error instanceof ConnectError);
-  assert.equal(Code[error.code], "Unavailable", error.rawMessage);
+  await expectConnectError(keys.getDataKey("measurementSecret", 32, {}), Code.Unavailable);
 });

@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { bootstrapTokenSecretName } from "../../src/joinservice/bootstraptoken.ts";
 import type { AuthorizationRequest } from "../support/fake_apiserver.ts";
 import {
   type JoinCluster,
@@ -14,17 +15,10 @@ import {
   startJoinCluster,
   type TicketRequestOptions,
 } from "../support/join_cluster.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
-/** Asserts that `call` fails with `code` and a message matching `message`. */
-async function assertCode(call: Promise<unknown>, code: Code, message: RegExp): Promise<void> {
-  const error = await call.then(() => undefined, (e: unknown) => e);
-  assert.ok(error instanceof ConnectError, `want a ConnectError, got ${error}`);
-  assert.equal(Code[error.code], Code[code], error.rawMessage);
-  assert.match(error.rawMessage, message);
-}
-
-/** The random part of a bootstrap token Secret's name. */
-const TOKEN_ID = /(bootstrap-token-)[a-z0-9]{6}$/;
+/** The random part of a bootstrap token Secret's path. */
+const TOKEN_ID = new RegExp(`(?<=/${bootstrapTokenSecretName("")})[a-z0-9]{6}$`);
 
 /** The API server calls since `from` that change something (anything but GET). */
 function writesSince(cluster: JoinCluster, from: number): [string, string, number][] {
@@ -125,8 +119,12 @@ Deno.test("the join service process survives outages of the key service and the 
       try {
         const requests = cluster.apiServer.requests.length;
         const keyServiceDown = /^getting (measurement secret|state disk key): .*ECONNREFUSED/;
-        await assertCode(requestTicket(cluster), Code.Unavailable, keyServiceDown);
-        await assertCode(cluster.requestRejoinTicket(crypto.randomUUID()), Code.Unavailable, keyServiceDown);
+        await expectConnectError(requestTicket(cluster), Code.Unavailable, keyServiceDown);
+        await expectConnectError(
+          cluster.requestRejoinTicket(crypto.randomUUID()),
+          Code.Unavailable,
+          keyServiceDown,
+        );
         assert.deepEqual(writesSince(cluster, requests), [], "nothing was written to the API server");
         assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
       } finally {
@@ -145,7 +143,7 @@ Deno.test("the join service process survives outages of the key service and the 
     const late = await cluster.startJoinService();
     try {
       try {
-        await assertCode(
+        await expectConnectError(
           late.client.getChallenge({}),
           Code.Unavailable,
           /^nonce key unavailable from the key service; retry later$/,
@@ -167,7 +165,7 @@ Deno.test("the join service process survives outages of the key service and the 
   await t.step("API server down: Unavailable, and tickets again once it is back", async () => {
     await cluster.apiServer.setDown(true);
     try {
-      await assertCode(
+      await expectConnectError(
         requestTicket(cluster),
         Code.Unavailable,
         /^getting components: API server unavailable/,
@@ -186,7 +184,7 @@ Deno.test("the join service process survives outages of the key service and the 
       refuse = (request) => request.resource === "joiningnodes";
       const requests = cluster.apiServer.requests.length;
       try {
-        await assertCode(
+        await expectConnectError(
           requestTicket(cluster, { nodeName: "worker-refused" }),
           Code.Internal,
           /^recording joining node: .*forbidden/,
@@ -195,13 +193,12 @@ Deno.test("the join service process survives outages of the key service and the 
         refuse = () => false;
       }
       const writes = writesSince(cluster, requests);
-      const secrets = "/api/v1/namespaces/kube-system/secrets";
       assert.deepEqual(
-        writes.map(([method, path, status]) => [method, path.replace(TOKEN_ID, "$1<id>"), status]),
+        writes.map(([method, path, status]) => [method, path.replace(TOKEN_ID, "<id>"), status]),
         [
-          ["POST", secrets, 201],
+          ["POST", OBJECT_PATHS.secrets, 201],
           ["PATCH", OBJECT_PATHS.joiningNode("worker-refused"), 403],
-          ["DELETE", `${secrets}/bootstrap-token-<id>`, 200],
+          ["DELETE", OBJECT_PATHS.tokenSecret("<id>"), 200],
         ],
       );
       assert.equal(cluster.apiServer.getObject(writes[2][1]), undefined, "the token Secret is gone");
@@ -216,7 +213,7 @@ Deno.test("the join service process survives outages of the key service and the 
   await t.step("a second control plane while one is joining: Unavailable, its token deleted", async () => {
     await requestTicket(cluster, { nodeName: "control-plane-1", isControlPlane: true });
     const requests = cluster.apiServer.requests.length;
-    await assertCode(
+    await expectConnectError(
       requestTicket(cluster, { nodeName: "control-plane-2", isControlPlane: true }),
       Code.Unavailable,
       /control planes join one at a time, retry later/,
@@ -244,7 +241,7 @@ Deno.test("the join service process survives outages of the key service and the 
       const impatientChallenge = slow.client.getChallenge({}, { timeoutMs: 200 });
       await later();
       const patientChallenge = slow.client.getChallenge({});
-      await assertCode(impatientChallenge, Code.DeadlineExceeded, /timed out/);
+      await expectConnectError(impatientChallenge, Code.DeadlineExceeded, /timed out/);
       assert.equal((await patientChallenge).nonce.length > 0, true);
 
       // The measurement secret and the SSH CA, fetched on the first ticket.
@@ -264,7 +261,7 @@ Deno.test("the join service process survives outages of the key service and the 
       const impatientTicket = slow.client.issueJoinTicket(impatient.request, { timeoutMs: 300 });
       await later();
       const patientTicket = slow.client.issueJoinTicket(patient.request);
-      await assertCode(impatientTicket, Code.DeadlineExceeded, /timed out/);
+      await expectConnectError(impatientTicket, Code.DeadlineExceeded, /timed out/);
       const ticket = await cluster.openJoinTicket(await patientTicket, patient.bundle);
       const expected = await cluster.expectedKeys(patient.request.diskUuid);
       assert.deepEqual(ticket.measurementSecret, expected.measurementSecret);

@@ -6,7 +6,6 @@
  */
 import assert from "node:assert/strict";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { toHex } from "../../src/attestation/attestation.ts";
 import { measurementsDigest, parseMeasurements } from "../../src/attestation/measurements.ts";
 import { generateKeyPair } from "../../src/atls/hpke.ts";
 import {
@@ -16,6 +15,7 @@ import {
   nodeCsr,
   startJoinCluster,
 } from "../support/join_cluster.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 /** Asserts that `call` fails with `code` (and a message matching `message`) and the API server saw no request. */
 async function assertRejected(
@@ -25,10 +25,7 @@ async function assertRejected(
   message?: RegExp,
 ): Promise<ConnectError> {
   const requests = cluster.apiServer.requests.length;
-  const error = await call().then(() => undefined, (e: unknown) => e);
-  assert.ok(error instanceof ConnectError, `want a ConnectError, got ${error}`);
-  assert.equal(Code[error.code], Code[code], error.rawMessage);
-  if (message) assert.match(error.rawMessage, message);
+  const error = await expectConnectError(call, code, message);
   assert.deepEqual(cluster.apiServer.requests.slice(requests), [], "the API server was not called");
   return error;
 }
@@ -229,7 +226,7 @@ Deno.test("the join service process rejects malformed and malicious requests wit
         /measurement-mismatch/,
       );
       for (const [index, expected] of [[4, "aa"], [9, "bb"]] as const) {
-        const actual = toHex(cluster.pcrs.get(index)!);
+        const actual = cluster.pcrs.get(index)!.toHex();
         assert.ok(
           error.rawMessage.includes(
             `PCR[${index}] expected ${expected.repeat(32)}, got ${actual} (enforced)`,

@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { AsnConvert } from "@peculiar/asn1-schema";
 import { Certificate } from "@peculiar/asn1-x509";
+import { encodePem } from "../../src/x509/pem.ts";
 import * as x509 from "../../src/x509/x509.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 import {
   KUBELET_CERT_VALIDITY_MS,
   type KubeletCa,
@@ -130,7 +132,7 @@ async function makeCsr(options: CsrOptions = {}): Promise<Uint8Array<ArrayBuffer
   return new Uint8Array(csr.rawData);
 }
 
-const fixedClock = { now: () => Date.UTC(2024, 4, 1, 12, 0, 0) };
+const fixedClock = new ManualClock(Date.UTC(2024, 4, 1, 12, 0, 0));
 
 async function signOk(
   csr: Uint8Array,
@@ -142,7 +144,7 @@ async function signOk(
 
 async function assertCaError(
   promise: Promise<unknown>,
-  code: KubeletCaError["code"],
+  reason: KubeletCaError["reason"],
   message: string | RegExp,
 ): Promise<KubeletCaError> {
   let caught: unknown;
@@ -152,7 +154,7 @@ async function assertCaError(
     caught = error;
   }
   assert.ok(caught instanceof KubeletCaError, `expected a KubeletCaError, got ${caught}`);
-  assert.equal(caught.code, code, caught.message);
+  assert.equal(caught.reason, reason, caught.message);
   if (typeof message === "string") assert.equal(caught.message, message);
   else assert.match(caught.message, message);
   return caught;
@@ -281,10 +283,7 @@ Deno.test("a CA without a subject key identifier and a CSR without SANs give a c
     signingAlgorithm: { name: "ECDSA", hash: "SHA-256" },
     extensions: [new x509.BasicConstraintsExtension(true, undefined, true)],
   });
-  const keyPem = x509.PemConverter.encode(
-    await crypto.subtle.exportKey("pkcs8", keys.privateKey),
-    "PRIVATE KEY",
-  );
+  const keyPem = encodePem(await crypto.subtle.exportKey("pkcs8", keys.privateKey), "PRIVATE KEY");
   const ca = await parseKubeletCa(caCert.toString("pem"), keyPem);
   const certificate = await signOk(await makeCsr({ extensions: [] }), ca);
   assert.deepEqual(Array.from(certificate.extensions, (e) => e.type), [
@@ -356,8 +355,8 @@ Deno.test("malformed, unsupported and mismatched CA keys give clear errors witho
   const sec1 = x509.PemConverter.decodeFirst(ecSec1);
   const zeroScalar = new Uint8Array(sec1.slice(0));
   zeroScalar.fill(0, 7, 39); // 30 77 02 01 01 04 20 <32-byte scalar>
-  const zeroScalarPem = x509.PemConverter.encode(zeroScalar, "EC PRIVATE KEY");
-  const cases: [string, string, string, KubeletCaError["code"], string | RegExp][] = [
+  const zeroScalarPem = encodePem(zeroScalar, "EC PRIVATE KEY");
+  const cases: [string, string, string, KubeletCaError["reason"], string | RegExp][] = [
     ["no PEM block", ecCert, "just text", "ca-key-invalid", "no PEM data found in ca.key"],
     ["empty key file", ecCert, "", "ca-key-invalid", "no PEM data found in ca.key"],
     [
@@ -421,7 +420,7 @@ Deno.test("malformed, unsupported and mismatched CA keys give clear errors witho
       ecCert,
       zeroScalarPem,
       "ca-key-invalid",
-      "ca.key: the CA key is not a valid key",
+      "ca.key: the key cannot sign (not a valid key)",
     ],
     [
       "a key labelled with the wrong PEM type",
@@ -456,21 +455,21 @@ Deno.test("malformed, unsupported and mismatched CA keys give clear errors witho
       ecCert,
       otherEc,
       "ca-key-mismatch",
-      "CA key does not match CA certificate (ca.key, ca.crt)",
+      "private key ca.key does not match certificate ca.crt",
     ],
     [
       "an RSA key for an EC certificate",
       ecCert,
       rsaPkcs1,
       "ca-key-mismatch",
-      /^CA key does not match CA certificate/,
+      /^private key ca\.key does not match certificate ca\.crt$/,
     ],
     [
       "an EC key for an RSA certificate",
       rsaCert,
       ecSec1,
       "ca-key-mismatch",
-      /^CA key does not match CA certificate/,
+      /^private key ca\.key does not match certificate ca\.crt$/,
     ],
   ];
   for (const [label, cert, key, code, message] of cases) {
@@ -642,7 +641,7 @@ Deno.test("malformed and badly signed CSRs are rejected", async () => {
   const at = new TextDecoder("latin1").decode(tampered).indexOf("worker-1") + "worker-".length;
   tampered[at] = "2".charCodeAt(0);
   const certificateDer = new Uint8Array(ecCa.certificate.rawData);
-  const cases: [string, Uint8Array, KubeletCaError["code"], string][] = [
+  const cases: [string, Uint8Array, KubeletCaError["reason"], string][] = [
     ["bad signature", tampered, "csr-signature-invalid", "certificate request signature is invalid"],
     ["empty", new Uint8Array(), "csr-malformed", "certificate request is empty"],
     [
@@ -653,7 +652,7 @@ Deno.test("malformed and badly signed CSRs are rejected", async () => {
     ],
     [
       "PEM instead of DER",
-      new TextEncoder().encode(x509.PemConverter.encode(valid, "CERTIFICATE REQUEST")),
+      new TextEncoder().encode(encodePem(valid, "CERTIFICATE REQUEST")),
       "csr-malformed",
       "certificate request is not a DER-encoded PKCS#10 request",
     ],

@@ -7,6 +7,7 @@ import {
   SshCaError,
   sshPublicKeyFromAuthorizedKey,
 } from "../../src/joinservice/sshca.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 import { sshKeygen } from "../support/ssh_keygen.ts";
 
 async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
@@ -53,7 +54,7 @@ function fingerprintOf(line: string): string {
   return line.split(" ")[1];
 }
 
-const clock = { now: () => Date.UTC(2024, 4, 1, 12, 0, 0, 500) };
+const clock = new ManualClock(Date.UTC(2024, 4, 1, 12, 0, 0, 500));
 
 Deno.test("the CA key is the Ed25519 key of the seed (RFC 8032 test vector 1)", async () => {
   assert.equal(SSH_CA_KEY_ID, "ca_emergency_ssh");
@@ -172,7 +173,7 @@ Deno.test("unsupported and malformed host keys are rejected with clear errors", 
   const notOnCurve = validPoint.slice();
   notOnCurve[64] ^= 1;
   const ed = wire("ssh-ed25519", new Uint8Array(32));
-  const cases: [string, Uint8Array, SshCaError["code"], string][] = [
+  const cases: [string, Uint8Array, SshCaError["reason"], string][] = [
     [
       "RSA key",
       wire("ssh-rsa", Uint8Array.of(1, 0, 1), new Uint8Array(256)),
@@ -229,10 +230,10 @@ Deno.test("unsupported and malformed host keys are rejected with clear errors", 
       "SSH host public key is malformed: key type is not UTF-8",
     ],
   ];
-  for (const [label, key, code, message] of cases) {
+  for (const [label, key, reason, message] of cases) {
     await assert.rejects(
       ca.signHostCertificate(key, ["node"], { clock }),
-      new SshCaError(code, message),
+      new SshCaError(reason, message),
       label,
     );
   }

@@ -1,14 +1,10 @@
 import assert from "node:assert/strict";
 import { RateLimiter } from "../../src/limits/ratelimiter.ts";
 import { PoolFullError, WorkPool } from "../../src/limits/pool.ts";
-
-function manualClock(start = 0) {
-  let now = start;
-  return { now: () => now, advance: (ms: number) => (now += ms) };
-}
+import { ManualClock } from "../support/manual_clock.ts";
 
 Deno.test("rate limiter refuses a peer over its burst and refills over time", () => {
-  const clock = manualClock();
+  const clock = new ManualClock();
   const limiter = new RateLimiter({
     global: { perSecond: 100, burst: 100 },
     perPeer: { perSecond: 2, burst: 3 },
@@ -23,7 +19,7 @@ Deno.test("rate limiter refuses a peer over its burst and refills over time", ()
 });
 
 Deno.test("rate limiter refuses everyone over the global limit without charging the peer", () => {
-  const clock = manualClock();
+  const clock = new ManualClock();
   const limiter = new RateLimiter({
     global: { perSecond: 1, burst: 2 },
     perPeer: { perSecond: 10, burst: 10 },
@@ -37,7 +33,7 @@ Deno.test("rate limiter refuses everyone over the global limit without charging 
 });
 
 Deno.test("rate limiter stays bounded in peers tracked", () => {
-  const clock = manualClock();
+  const clock = new ManualClock();
   const limiter = new RateLimiter({
     global: { perSecond: 1e9, burst: 1e9 },
     perPeer: { perSecond: 1, burst: 1 },

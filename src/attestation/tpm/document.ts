@@ -32,7 +32,7 @@
  *
  * @module
  */
-import { AttestationError, MAX_EVIDENCE_DOCUMENT_BYTES, toHex } from "../attestation.ts";
+import { AttestationError, MAX_EVIDENCE_DOCUMENT_BYTES } from "../attestation.ts";
 import { TpmParseError } from "./reader.ts";
 import {
   MAX_PCR_INDEX,
@@ -79,7 +79,7 @@ export interface TpmEvidence {
 /** Serializes a document (see the module docs for the shape). */
 export function encodeDocument(fields: TpmDocumentFields): Uint8Array<ArrayBuffer> {
   const pcrs: Record<string, string> = {};
-  for (const [index, value] of [...fields.pcrs].sort(([a], [b]) => a - b)) pcrs[index] = toHex(value);
+  for (const [index, value] of [...fields.pcrs].sort(([a], [b]) => a - b)) pcrs[index] = value.toHex();
   const json = {
     variant: fields.variant,
     akPublic: fields.akPublic.toBase64(),

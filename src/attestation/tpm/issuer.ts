@@ -67,7 +67,6 @@ import {
   type Issuer,
   MAX_EVIDENCE_DOCUMENT_BYTES,
   REPORT_DATA_LENGTH,
-  toHex,
 } from "../attestation.ts";
 import type { Logger } from "../../log/logger.ts";
 import { encodeDocument, pcrDigest, SHA256_PCR_LENGTH, type TpmDocumentFields } from "./document.ts";
@@ -237,7 +236,7 @@ export class TpmIssuer implements Issuer {
     return await unavailableOnFailure("quoting", async () => {
       for (let attempt = 1;; attempt++) {
         await runLoadingTpmTool(this.#tpm, "tpm2_quote", [
-          ...["-c", path("ak.ctx"), "-l", `sha256:${QUOTED_PCRS.join(",")}`, "-q", toHex(reportData)],
+          ...["-c", path("ak.ctx"), "-l", `sha256:${QUOTED_PCRS.join(",")}`, "-q", reportData.toHex()],
           ...["-g", "sha256", "-m", path("quote.msg"), "-s", path("quote.sig"), "-f", "tss"],
         ], { signal });
         const pcrs = await readPcrs(this.#tpm, QUOTED_PCRS, { signal });

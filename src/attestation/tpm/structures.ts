@@ -9,7 +9,6 @@
  *
  * @module
  */
-import { toHex } from "../attestation.ts";
 import { ByteReader } from "./reader.ts";
 
 /** TPM algorithm identifiers used here (`TPM_ALG_ID`). */
@@ -35,7 +34,7 @@ export const MAX_PCR_INDEX = 23;
 
 /** `TPMA_OBJECT` bits checked on an attestation key. */
 export const ObjectAttribute = {
-  fixedTPM: 1 << 1,
+  fixedTpm: 1 << 1,
   restricted: 1 << 16,
   sign: 1 << 18,
 } as const;
@@ -239,5 +238,5 @@ function fixedLength(r: ByteReader, value: Uint8Array<ArrayBuffer>, name: string
  * without its `000b` prefix, as `tpm2_readpublic` prints it.
  */
 export async function publicKeyDigest(publicKey: TpmPublic): Promise<string> {
-  return toHex(new Uint8Array(await crypto.subtle.digest("SHA-256", publicKey.tpmtPublic)));
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", publicKey.tpmtPublic)).toHex();
 }

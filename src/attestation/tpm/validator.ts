@@ -60,7 +60,6 @@ import {
   bytesEqual,
   type MeasurementMismatch,
   type Measurements,
-  toHex,
   type Validator,
   type Verification,
 } from "../attestation.ts";
@@ -72,7 +71,7 @@ import { hex16, ObjectAttribute, publicKeyDigest, TpmAlg } from "./structures.ts
 /** Variant name. */
 export const QEMU_VTPM_VARIANT = "qemu-vtpm";
 
-const REQUIRED_AK_ATTRIBUTES = ObjectAttribute.sign | ObjectAttribute.restricted | ObjectAttribute.fixedTPM;
+const REQUIRED_AK_ATTRIBUTES = ObjectAttribute.sign | ObjectAttribute.restricted | ObjectAttribute.fixedTpm;
 
 /** Logged when any attestation key is trusted: at construction and on every verification that relies on it. */
 export const TRUST_ANY_KEY_WARNING =
@@ -197,7 +196,7 @@ export class TpmValidator implements Validator {
       this.#logger.warn("untrusted PCR value accepted (warn-only)", { ...mismatch });
     }
     const measurements: Record<number, string> = {};
-    for (const [index, value] of evidence.pcrs) measurements[index] = toHex(value);
+    for (const [index, value] of evidence.pcrs) measurements[index] = value.toHex();
     return { variant: QEMU_VTPM_VARIANT, warnings: mismatches, measurements, keyDigest };
   }
 
@@ -209,8 +208,8 @@ export class TpmValidator implements Validator {
       if (actual !== undefined && bytesEqual(actual, measurement.expected)) continue;
       mismatches.push({
         index,
-        expected: toHex(measurement.expected),
-        actual: actual === undefined ? null : toHex(actual),
+        expected: measurement.expected.toHex(),
+        actual: actual === undefined ? null : actual.toHex(),
         enforced: !measurement.warnOnly,
       });
     }
