@@ -133,3 +133,8 @@ export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
 export type AkTrust =
   | { kind: "allow-list"; keyDigests: ReadonlySet<string> }
   | { kind: "any" };
+
+/** Whether `trust` covers the attestation key `keyDigest` (evidence without a key is covered only by "any"). */
+export function trusts(trust: AkTrust, keyDigest: string | undefined): boolean {
+  return trust.kind === "any" || (keyDigest !== undefined && trust.keyDigests.has(keyDigest));
+}

@@ -60,6 +60,8 @@ export interface AttestationConfigChange {
   measurements: MeasurementsDiff;
   /** Undefined when the AK trust did not change. */
   akTrust: AkTrustDiff | undefined;
+  /** Undefined when the keys that may join as control planes did not change. */
+  controlPlanes: AkTrustDiff | undefined;
 }
 
 /** Options for {@linkcode AttestationConfigWatcher.start}. */
@@ -86,6 +88,10 @@ interface Waiter {
   resolve: (state: AttestationState) => void;
   reject: (reason: unknown) => void;
 }
+
+/** Logged when a config lets any attestation key join as a control plane. */
+export const CONTROL_PLANE_ANY_KEY_WARNING =
+  "INSECURE: controlPlaneAnyKey lets any attestation key join as a control plane and receive the cluster's CA keys; list the control planes' keys in akTrust.controlPlaneKeyDigests outside development";
 
 const DEFAULT_DEBOUNCE_MS = 100;
 const DEFAULT_POLL_INTERVAL_MS = 30_000;
@@ -159,6 +165,7 @@ export class AttestationConfigWatcher {
         digest: measurementsDigest(config.measurements),
       };
       logger.info("attestation config loaded", { path, ...describe(state) });
+      warnIfInsecure(config, logger);
       signal?.throwIfAborted();
       return new AttestationConfigWatcher(options, fsWatcher, state, text);
     } catch (error) {
@@ -348,6 +355,7 @@ export class AttestationConfigWatcher {
       change = {
         measurements: diffMeasurements(previous.config.measurements, config.measurements),
         akTrust: diffAkTrust(previous.config.akTrust, config.akTrust),
+        controlPlanes: diffAkTrust(previous.config.controlPlanes, config.controlPlanes),
       };
       if (isEmpty(change)) {
         if (this.#lastAttemptFailed) {
@@ -385,7 +393,9 @@ export class AttestationConfigWatcher {
       measurementsRemoved: change.measurements.removed,
       measurementsChanged: change.measurements.changed,
       akTrustChange: change.akTrust,
+      controlPlanesChange: change.controlPlanes,
     });
+    warnIfInsecure(next.config, logger);
     for (const waiter of this.#waiters) {
       if (next.generation > waiter.generation) {
         this.#waiters.delete(waiter);
@@ -418,7 +428,15 @@ export class AttestationConfigWatcher {
 
 function isEmpty(change: AttestationConfigChange): boolean {
   const { added, removed, changed } = change.measurements;
-  return added.length === 0 && removed.length === 0 && changed.length === 0 && change.akTrust === undefined;
+  return added.length === 0 && removed.length === 0 && changed.length === 0 && change.akTrust === undefined &&
+    change.controlPlanes === undefined;
+}
+
+/** Warns, at every load of such a config, that any attestation key may join as a control plane. */
+function warnIfInsecure(config: AttestationConfig, logger: Logger): void {
+  if (config.controlPlanes.kind === "any") {
+    logger.warn(CONTROL_PLANE_ANY_KEY_WARNING, { variant: config.variant });
+  }
 }
 
 /** Non-secret summary of a state for logs: measurement indices and AK trust, never key material. */
@@ -431,6 +449,10 @@ function describe(state: AttestationState): Record<string, unknown> {
     measurementIndices: [...config.measurements.keys()],
     akTrust: config.akTrust.kind,
     trustedKeys: config.akTrust.kind === "allow-list" ? config.akTrust.keyDigests.size : undefined,
+    controlPlanes: config.controlPlanes.kind,
+    controlPlaneKeys: config.controlPlanes.kind === "allow-list"
+      ? config.controlPlanes.keyDigests.size
+      : undefined,
   };
 }
 

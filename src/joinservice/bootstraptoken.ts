@@ -9,7 +9,10 @@
  */
 import type { Secret } from "kubernetes-types/core/v1.d.ts";
 import { type Clock, systemClock } from "../clock.ts";
+import type { KubernetesClient } from "../kubernetes/client.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
+import type { BootstrapTokens } from "./dependencies.ts";
+import { apiServerCall, reject } from "./rejections.ts";
 import { rfc3339 } from "../rfc3339.ts";
 
 /** How long a join token is valid (the original's `KubernetesJoinTokenTTL`). */
@@ -193,4 +196,36 @@ export async function createBootstrapToken(
     "id-collisions",
     `creating bootstrap token: all ${maxAttempts} generated token IDs already existed`,
   );
+}
+
+// --- the join service's tokens ---
+
+/**
+ * The join service's bootstrap tokens: Secrets in kube-system through the
+ * Kubernetes client. A store failure that may pass is
+ * "api-server-unavailable", any other "api-server-refused".
+ */
+export function bootstrapTokens(options: { client: KubernetesClient; clock: Clock }): BootstrapTokens {
+  return {
+    async create({ signal }) {
+      try {
+        const created = await createBootstrapToken({
+          secrets: { create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o) },
+          clock: options.clock,
+          signal,
+        });
+        return { token: created.token, tokenId: created.id };
+      } catch (error) {
+        if (!(error instanceof BootstrapTokenError)) throw error;
+        throw error.retryable
+          ? reject("api-server-unavailable", `API server unavailable: ${error.message}`)
+          : reject("api-server-refused", error.message);
+      }
+    },
+    delete(tokenId, { signal }) {
+      return apiServerCall(() =>
+        options.client.deleteSecret(KUBE_SYSTEM_NAMESPACE, bootstrapTokenSecretName(tokenId), { signal })
+      );
+    },
+  };
 }

@@ -4,6 +4,8 @@
  *
  * @module
  */
+import type { ControlPlaneFilesSource } from "./dependencies.ts";
+import { reject } from "./rejections.ts";
 
 /** Where kubeadm keeps the cluster PKI. */
 export const DEFAULT_PKI_DIR = "/etc/kubernetes/pki";
@@ -35,6 +37,7 @@ export class ControlPlaneFilesError extends Error {
   /** The file's name relative to the PKI directory. */
   readonly file: string;
 
+  /** A failure of `file`; `message` names it. */
   constructor(reason: "missing" | "unreadable", file: string, message: string) {
     super(message);
     this.name = "ControlPlaneFilesError";
@@ -82,4 +85,18 @@ export async function loadControlPlaneFiles(
     }
   }
   return files;
+}
+
+/** The join service's control-plane files: read from `pkiDir` for every control-plane ticket. */
+export function controlPlaneFilesSource(options: { pkiDir: string }): ControlPlaneFilesSource {
+  return {
+    async load({ signal }) {
+      try {
+        return await loadControlPlaneFiles({ pkiDir: options.pkiDir, signal });
+      } catch (error) {
+        if (!(error instanceof ControlPlaneFilesError)) throw error;
+        throw reject("misconfigured", error.message);
+      }
+    },
+  };
 }

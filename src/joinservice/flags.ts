@@ -5,6 +5,7 @@
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
 import { parseFlags, parsePort, parsePositive, UsageError } from "../flags/flags.ts";
+import { type IpNetwork, parseCidr } from "../net/ip.ts";
 
 /** The join service's settings. */
 export interface JoinServiceFlags {
@@ -25,6 +26,8 @@ export interface JoinServiceFlags {
   metadataUrl?: string;
   /** Kubeconfig for the API server; undefined means the in-cluster service account. */
   kubeconfig?: string;
+  /** The cluster's service network; kubelet certificates may not carry its first address (the API server's Service). */
+  serviceNetwork: IpNetwork;
   tlsCert?: string;
   tlsKey?: string;
   /** Sustained tickets per second and burst, per peer and overall. */
@@ -53,6 +56,10 @@ Flags:
   --metadata-url <url>             QEMU-style metadata API; the endpoint is <VPCIP of GET /self>:6443
                                    (one of --api-server-endpoint and --metadata-url is required)
   --kubeconfig <file>              kubeconfig for the API server (default: in-cluster service account)
+  --service-cluster-ip-range <cidr>
+                                   the cluster's service network, as kube-apiserver's flag (default
+                                   10.96.0.0/12, kubeadm's); kubelet certificates may not carry its
+                                   first address, the API server's Service
   --config-dir <dir>               attestationConfig and measurementSalt (default /var/config)
   --kubernetes-dir <dir>           admin.conf and pki/ (default /etc/kubernetes)
   --port <port>                    join.API port (default 9090)
@@ -85,6 +92,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     "api-server-endpoint": { type: "string" },
     "metadata-url": { type: "string" },
     kubeconfig: { type: "string" },
+    "service-cluster-ip-range": { type: "string", default: "10.96.0.0/12" },
     "config-dir": { type: "string", default: "/var/config" },
     "kubernetes-dir": { type: "string", default: "/etc/kubernetes" },
     port: { type: "string", default: "9090" },
@@ -127,6 +135,14 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   if (metadataUrl && !URL.canParse(metadataUrl)) {
     throw new UsageError(`invalid --metadata-url "${metadataUrl}"`);
   }
+  const serviceNetwork = parseCidr(values["service-cluster-ip-range"]);
+  if (!serviceNetwork) {
+    throw new UsageError(
+      `invalid --service-cluster-ip-range "${
+        values["service-cluster-ip-range"]
+      }": want a CIDR like 10.96.0.0/12`,
+    );
+  }
   if (!values["tls-cert"] !== !values["tls-key"]) {
     throw new UsageError("--tls-cert and --tls-key go together");
   }
@@ -154,6 +170,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     apiServerEndpoint: endpoint,
     metadataUrl,
     kubeconfig: values.kubeconfig,
+    serviceNetwork,
     tlsCert: values["tls-cert"],
     tlsKey: values["tls-key"],
     ratePerPeer: parsePositive(values["rate-per-peer"], "--rate-per-peer"),

@@ -1,7 +1,8 @@
 /**
  * The cluster CA as the join service uses it: loaded from `ca.crt` and
- * `ca.key`, and signing kubelet certificates from the DER CSRs joining nodes
- * send.
+ * `ca.key`, and signing kubelet client certificates from the DER CSRs
+ * joining nodes send (see {@linkcode signKubeletCertificate} for why they
+ * are client certificates only).
  *
  * The original signed any self-signed CSR with the right O and CN and
  * silently dropped everything else it asked for. This signer rejects a CSR
@@ -22,7 +23,19 @@ import { DerError, parseDer } from "../x509/der.ts";
 import { decodePem, encodePem, PemError } from "../x509/pem.ts";
 import { checkKeyMatchesCertificate, importSigningKey, PrivateKeyError } from "../x509/private_key.ts";
 import { type Clock, systemClock } from "../clock.ts";
-import { NodeNameError, nodeNameFromCommonName } from "./nodename.ts";
+import {
+  firstAddress,
+  formatIp,
+  ipEquals,
+  type IpNetwork,
+  isLoopbackOrUnspecified,
+  parseIp,
+} from "../net/ip.ts";
+import { SharedLoad } from "../async/shared_load.ts";
+import { fileStamp } from "../fs/file_stamp.ts";
+import type { ApiServerEndpointSource, KubeletSigner } from "./dependencies.ts";
+import { k8sCompliantHostname, NodeNameError, nodeNameFromCommonName } from "./nodename.ts";
+import { reject } from "./rejections.ts";
 
 /** Where kubeadm keeps the cluster CA. */
 export const DEFAULT_CA_CERT_FILE = "/etc/kubernetes/pki/ca.crt";
@@ -170,22 +183,45 @@ export function parseCaCertificate(pem: string, source: string): x509.X509Certif
   }
 }
 
+/** An address no kubelet certificate may carry, and what it is (for the error message). */
+export interface ReservedAddress {
+  /** 4 or 16 bytes. */
+  address: Uint8Array;
+  /** E.g. "the API server endpoint". */
+  what: string;
+}
+
 /** Options for {@linkcode signKubeletCertificate}. */
 export interface SignKubeletCertificateOptions {
   /** Time source for the validity window; default the system clock. */
   clock?: Clock;
+  /**
+   * Addresses of the cluster a node may not claim, besides loopback and
+   * unspecified addresses (always refused): the API server endpoint and the
+   * service network's first address.
+   */
+  reservedAddresses?: readonly ReservedAddress[];
 }
 
 /**
- * Signs a kubelet certificate for a DER PKCS#10 CSR and returns it as PEM.
+ * Signs a kubelet client certificate for a DER PKCS#10 CSR and returns it
+ * as PEM: the kubelet's identity towards the API server
+ * (`system:node:<name>` in group `system:nodes`).
  *
  * The CSR must verify under its own key, have exactly the subject
  * `O=system:nodes, CN=system:node:<name>` and request nothing but IP
- * addresses as subject alternative names. The certificate has a random
- * positive 128-bit serial, is valid from now − 2 h to now + 8760 h, has key
- * usage digitalSignature|keyEncipherment (critical), extended key usage
- * clientAuth and serverAuth, `CA:FALSE`, the CSR's IP addresses and the CA's
- * key identifier as authority key identifier (when the CA has one).
+ * addresses as subject alternative names, none of them loopback,
+ * unspecified or reserved (`options.reservedAddresses`). The certificate
+ * has a random positive 128-bit serial, is valid from now − 2 h to now +
+ * 8760 h, has key usage digitalSignature (critical), extended key usage
+ * clientAuth only, `CA:FALSE`, the CSR's IP addresses and the CA's key
+ * identifier as authority key identifier (when the CA has one).
+ *
+ * It is never a serving certificate: the cluster CA signs it, and every
+ * kubeconfig trusts that CA for the API server, so a certificate with
+ * serverAuth for an address the node chose could impersonate the API
+ * server. (The original signed clientAuth and serverAuth and wrote the
+ * certificate to the kubelet's `tlsCertFile`, its serving certificate.)
  * Throws {@linkcode KubeletCaError}.
  */
 export async function signKubeletCertificate(
@@ -196,14 +232,12 @@ export async function signKubeletCertificate(
   const csr = parseCertificateRequest(csrDer);
   await verifyCertificateRequestSignature(csrDer);
   const request = checkCertificateRequest(csr);
+  checkAddresses(request.ipAddresses, options.reservedAddresses ?? []);
 
   const now = (options.clock ?? systemClock).now();
   const extensions: x509.Extension[] = [
-    new x509.KeyUsagesExtension(
-      x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment,
-      true,
-    ),
-    new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth, x509.ExtendedKeyUsage.serverAuth]),
+    new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
+    new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
     new x509.BasicConstraintsExtension(false, undefined, true),
   ];
   const caKeyId = ca.certificate.getExtension(x509.SubjectKeyIdentifierExtension)?.keyId;
@@ -459,6 +493,19 @@ function ipAddressesOf(der: Uint8Array): Uint8Array[] {
   return ipAddresses;
 }
 
+/** Refuses loopback, unspecified and reserved addresses. */
+function checkAddresses(ipAddresses: readonly Uint8Array[], reserved: readonly ReservedAddress[]): void {
+  for (const ip of ipAddresses) {
+    if (isLoopbackOrUnspecified(ip)) {
+      throw rejected(
+        `certificate request may not contain the loopback or unspecified address ${formatIp(ip)}`,
+      );
+    }
+    const match = reserved.find((r) => ipEquals(r.address, ip));
+    if (match) throw rejected(`certificate request may not contain ${formatIp(ip)}, ${match.what}`);
+  }
+}
+
 function ipAddressesExtension(ipAddresses: Uint8Array[]): x509.Extension {
   const names = new asn1js.Sequence({
     value: ipAddresses.map((ip) =>
@@ -473,4 +520,74 @@ function ipAddressesExtension(ipAddresses: Uint8Array[]): x509.Extension {
 
 function randomSerialNumber(): string {
   return crypto.getRandomValues(new Uint8Array(16)).toHex();
+}
+
+// --- the join service's signer ---
+
+/** Options for {@linkcode kubeletSigner}. */
+export interface KubeletSignerOptions {
+  /** Holds `ca.crt` and `ca.key`. */
+  pkiDir: string;
+  clock: Clock;
+  /** The cluster's service network (kube-apiserver's `--service-cluster-ip-range`): its first address is the API server's Service. */
+  serviceNetwork: IpNetwork;
+  /** Where nodes reach the API server: a certificate may not carry its address. */
+  apiServerEndpoint: ApiServerEndpointSource;
+}
+
+/**
+ * The join service's {@linkcode KubeletSigner}: the CA in
+ * `<pki>/ca.{crt,key}`, loaded once for all requests and again when the
+ * files change, refusing the API server's endpoint address and the service
+ * network's first address besides loopback. `checkCa` loads the CA once,
+ * for a clear error at start.
+ */
+export function kubeletSigner(options: KubeletSignerOptions): KubeletSigner & { checkCa(): Promise<void> } {
+  const certFile = `${options.pkiDir}/ca.crt`;
+  const keyFile = `${options.pkiDir}/ca.key`;
+  const ca = new SharedLoad(() => readKubeletCa({ certFile, keyFile }));
+  const loadCa = async (signal?: AbortSignal) => {
+    try {
+      return await ca.get({ version: await fileStamp([certFile, keyFile]), signal });
+    } catch (error) {
+      if (!(error instanceof KubeletCaError)) throw error;
+      throw reject("misconfigured", `cluster CA unusable: ${error.message}`);
+    }
+  };
+  const serviceAddress: ReservedAddress = {
+    address: firstAddress(options.serviceNetwork),
+    what: "the first address of the service network (the API server's Service)",
+  };
+  return {
+    async checkCa() {
+      await loadCa();
+    },
+    async sign(csrDer, { signal }) {
+      const [loaded, endpoint] = await Promise.all([
+        loadCa(signal),
+        options.apiServerEndpoint.current({ signal }),
+      ]);
+      const endpointAddress = parseIp(endpointHost(endpoint));
+      const reservedAddresses = endpointAddress
+        ? [serviceAddress, { address: endpointAddress, what: "the API server endpoint's address" }]
+        : [serviceAddress];
+      try {
+        const certificatePem = await signKubeletCertificate(csrDer, loaded, {
+          clock: options.clock,
+          reservedAddresses,
+        });
+        return { certificatePem, nodeName: k8sCompliantHostname(nodeNameFromCsr(csrDer)) };
+      } catch (error) {
+        const refused = (error instanceof KubeletCaError && error.reason.startsWith("csr-")) ||
+          error instanceof NodeNameError;
+        if (!refused) throw error; // not the node's fault: an internal error, logged by the service
+        throw reject("csr-rejected", `certificate request rejected: ${error.message}`);
+      }
+    },
+  };
+}
+
+/** The host of "host:port" or "[v6]:port". */
+function endpointHost(endpoint: string): string {
+  return endpoint.replace(/:\d+$/, "");
 }

@@ -33,7 +33,6 @@
  *
  * @module
  */
-import { ConnectError } from "@connectrpc/connect";
 import { knownVariants } from "../attestation/registry.ts";
 import { AttestationConfigWatcher } from "../attestation/watcher.ts";
 import { systemClock } from "../clock.ts";
@@ -43,7 +42,7 @@ import { KubernetesClient } from "../kubernetes/client.ts";
 import { inClusterConfig } from "../kubernetes/in_cluster.ts";
 import { loadKubeconfig } from "../kubernetes/kubeconfig.ts";
 import { WorkPool } from "../limits/pool.ts";
-import { RateLimiter } from "../limits/ratelimiter.ts";
+import { PeerRateLimiter, TokenBucket } from "../limits/ratelimiter.ts";
 import { createLogger, type Logger } from "../log/logger.ts";
 import { MetricsRegistry, serveMetrics } from "../metrics/registry.ts";
 import { serveRpc } from "../rpc/server.ts";
@@ -51,17 +50,20 @@ import { terminationSignal } from "../rpc/signals.ts";
 import { readSecretFile } from "../secrets/secret_file.ts";
 import { createSelfSignedCertificate } from "../x509/selfsigned.ts";
 import { API } from "../gen/join/join_pb.ts";
-import {
-  bootstrapTokens,
-  clusterInfo,
-  joiningNodes,
-  keySource,
-  kubeletSigner,
-  sshHostCertifier,
-} from "./dependencies.ts";
+import { auditLog } from "./audit.ts";
+import { bootstrapTokens } from "./bootstraptoken.ts";
+import { discoveryHashSource } from "./cahash.ts";
+import { componentsSource } from "./components.ts";
+import { controlPlaneFilesSource } from "./controlplanefiles.ts";
+import type { JoinServiceMetrics } from "./dependencies.ts";
+import { apiServerEndpointSource } from "./endpoint.ts";
 import { createAttestedExchange } from "./exchange.ts";
 import { JOIN_SERVICE_USAGE, type JoinServiceFlags, parseJoinServiceFlags } from "./flags.ts";
-import { createJoinService, type JoinServiceMetrics } from "./server.ts";
+import { joiningNodes } from "./joiningnodes.ts";
+import { keySource } from "./keysource.ts";
+import { kubeletSigner } from "./kubeletca.ts";
+import { JoinService } from "./service.ts";
+import { sshHostCertifier } from "./sshca.ts";
 
 const EXIT_FAILURE = 1;
 /** Largest request message accepted: evidence (64 KiB cap) plus a CSR fit comfortably. */
@@ -84,8 +86,7 @@ export async function main(args: string[]): Promise<number> {
   try {
     running = await start(flags, logger);
   } catch (err) {
-    // A ConnectError's message starts with its code ("[internal] ..."), which means nothing at startup.
-    const message = err instanceof ConnectError ? err.rawMessage : (err as Error).message;
+    const message = err instanceof Error ? err.message : String(err);
     logger.error(`cannot start: ${message.split("\n")[0]}`);
     return EXIT_FAILURE;
   }
@@ -123,16 +124,14 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
   });
   const connection = flags.kubeconfig ? await loadKubeconfig(flags.kubeconfig) : await inClusterConfig();
   const client = new KubernetesClient(connection, { logger });
-  const kubeletCa = kubeletSigner({ pkiDir: `${flags.kubernetesDir}/pki`, clock });
-  const cluster = clusterInfo({
-    client,
-    kubernetesDir: flags.kubernetesDir,
-    endpoint: flags.apiServerEndpoint
-      ? { fixed: flags.apiServerEndpoint }
-      : { metadataUrl: flags.metadataUrl! },
-  });
+  const pkiDir = `${flags.kubernetesDir}/pki`;
+  const apiServerEndpoint = apiServerEndpointSource(
+    flags.apiServerEndpoint ? { fixed: flags.apiServerEndpoint } : { metadataUrl: flags.metadataUrl! },
+  );
+  const kubeletCa = kubeletSigner({ pkiDir, clock, serviceNetwork: flags.serviceNetwork, apiServerEndpoint });
+  const discoveryHash = discoveryHashSource({ adminConf: `${flags.kubernetesDir}/admin.conf` });
   // Fail at start, not on the first node, when the control plane's files are unusable.
-  await cluster.discoveryTokenCaCertHash({});
+  await discoveryHash.current({});
   await kubeletCa.checkCa();
 
   const keys = keySource(createKeyServiceClient({ endpoint: flags.keyServiceEndpoint }));
@@ -159,29 +158,27 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     apiServerSeconds: registry.histogram("join_api_server_seconds", "API server call latency by operation."),
   };
 
-  const service = createJoinService({
-    exchange: createAttestedExchange({
-      keys,
-      validators: watcher,
-      clock,
-      nonceLifetimeMs: flags.nonceLifetimeMs,
-    }),
+  const service = new JoinService({
+    exchange: createAttestedExchange({ keys, clock, nonceLifetimeMs: flags.nonceLifetimeMs }),
     attestation: watcher,
     keys,
     kubeletSigner: kubeletCa,
-    cluster,
+    components: componentsSource({ client }),
+    discoveryHash,
+    apiServerEndpoint,
+    controlPlaneFiles: controlPlaneFilesSource({ pkiDir }),
     tokens: bootstrapTokens({ client, clock }),
     joiningNodes: joiningNodes({ client, clock, logger }),
     ssh: sshHostCertifier({ keys, clock }),
     measurementSalt,
-    rateLimiter: new RateLimiter({
+    peerLimiter: new PeerRateLimiter({
       perPeer: { perSecond: flags.ratePerPeer, burst: flags.burstPerPeer },
-      global: { perSecond: flags.rateGlobal, burst: flags.burstGlobal },
       clock,
     }),
+    ticketBudget: new TokenBucket({ rate: { perSecond: flags.rateGlobal, burst: flags.burstGlobal }, clock }),
     verifierPool: new WorkPool({ concurrency: flags.verifyConcurrency, maxQueued: flags.verifyQueue }),
     metrics,
-    audit: logger.with({ log: "audit" }),
+    audit: auditLog(logger.with({ log: "audit" })),
     logger,
     clock,
   });
@@ -194,7 +191,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     port: flags.metricsPort,
   });
   const server = await serveRpc({
-    routes: (router) => router.service(API, service),
+    routes: (router) => router.service(API, service.handlers()),
     hostname: flags.listenAddress,
     port: flags.port,
     tls,

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   AttestationConfigWatcher,
   type AttestationConfigWatcherOptions,
+  CONTROL_PLANE_ANY_KEY_WARNING,
 } from "../../src/attestation/watcher.ts";
 import { AttestationConfigError } from "../../src/attestation/config.ts";
 import { measurementsDigest, parseMeasurements } from "../../src/attestation/measurements.ts";
@@ -327,6 +328,48 @@ Deno.test("AK trust changes of a qemu-vtpm config are applied and logged", async
       });
       assert.deepEqual(line.measurementsChanged, []);
       assert.equal(line.digest, watcher.current().digest);
+    } finally {
+      await watcher.close();
+    }
+  });
+});
+
+Deno.test("a change of the control-plane keys alone is applied, logged, and warned about when it opens the role to any key", async () => {
+  await withConfigDir(async (_dir, path) => {
+    const config = (akTrust: unknown) =>
+      JSON.stringify({ variant: "qemu-vtpm", measurements: { "4": "aa".repeat(32) }, akTrust });
+    await Deno.writeTextFile(path, config({ allowedKeyDigests: [KEY1, KEY2] }));
+    const { logger, lines, next } = recordingLogger();
+    const watcher = await start({ path, logger, variant: "qemu-vtpm" });
+    try {
+      assert.deepEqual(watcher.current().config.controlPlanes, { kind: "allow-list", keyDigests: new Set() });
+      let logged = next("attestation config reloaded");
+      await Deno.writeTextFile(
+        path,
+        config({ allowedKeyDigests: [KEY1, KEY2], controlPlaneKeyDigests: [KEY2] }),
+      );
+      const state = await watcher.reloaded(1, { signal: timeout() });
+      assert.deepEqual(state.config.controlPlanes, { kind: "allow-list", keyDigests: new Set([KEY2]) });
+      assert.equal(state.generation, 2);
+      const line = await logged;
+      assert.equal(line.akTrustChange, undefined);
+      assert.deepEqual(line.controlPlanesChange, {
+        from: "allow-list",
+        to: "allow-list",
+        addedKeys: [KEY2],
+        removedKeys: [],
+      });
+      assert.equal(line.controlPlaneKeys, 1);
+
+      logged = next("attestation config reloaded");
+      const warned = next(CONTROL_PLANE_ANY_KEY_WARNING);
+      await Deno.writeTextFile(path, config({ trustAnyKey: true, controlPlaneAnyKey: true }));
+      assert.deepEqual((await watcher.reloaded(2, { signal: timeout() })).config.controlPlanes, {
+        kind: "any",
+      });
+      assert.equal((await logged).controlPlanes, "any");
+      assert.equal((await warned).level, "warn");
+      assert.equal(lines.filter((l) => l.msg === CONTROL_PLANE_ANY_KEY_WARNING).length, 1);
     } finally {
       await watcher.close();
     }

@@ -108,7 +108,10 @@ function requestTicket(cluster: JoinCluster, options: Partial<TicketRequestOptio
 Deno.test("the join service process survives outages of the key service and the API server", async (t) => {
   // Lets a test make single API calls fail; everything is allowed otherwise.
   let refuse: (request: AuthorizationRequest) => boolean = () => false;
-  await using cluster = await startJoinCluster({ authorize: (request) => !refuse(request) });
+  await using cluster = await startJoinCluster({
+    authorize: (request) => !refuse(request),
+    controlPlaneKey: true,
+  });
   const { client } = cluster.joinService;
 
   await t.step(

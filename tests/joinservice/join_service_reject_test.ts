@@ -5,7 +5,9 @@
  * config is changed on disk, and peers over their rate limit.
  */
 import assert from "node:assert/strict";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import { Code, type ConnectError } from "@connectrpc/connect";
+import { IssueJoinTicketRequestSchema } from "../../src/gen/join/join_pb.ts";
 import { measurementsDigest, parseMeasurements } from "../../src/attestation/measurements.ts";
 import { generateKeyPair } from "../../src/atls/hpke.ts";
 import {
@@ -97,6 +99,21 @@ Deno.test("the join service process rejects malformed and malicious requests wit
         await nodeCsr({ subject: [{ O: ["system:nodes"] }, { CN: ["worker-1"] }] }),
         /common name prefix "system:node:" but is "worker-1"/,
       ],
+      [
+        "the API server endpoint's address",
+        await nodeCsr({ nodeName: "worker-1", ips: ["10.0.0.7", cluster.apiServerEndpoint.split(":")[0]] }),
+        /may not contain 10\.0\.0\.1, the API server endpoint's address$/,
+      ],
+      [
+        "the service network's first address (the API server's Service)",
+        await nodeCsr({ nodeName: "worker-1", ips: ["10.96.0.1"] }),
+        /may not contain 10\.96\.0\.1, the first address of the service network/,
+      ],
+      [
+        "loopback",
+        await nodeCsr({ nodeName: "worker-1", ips: ["::1"] }),
+        /may not contain the loopback or unspecified address ::1$/,
+      ],
     ];
     for (const [what, certificateRequest, message] of cases) {
       const { request } = await prepare({ certificateRequest });
@@ -122,6 +139,61 @@ Deno.test("the join service process rejects malformed and malicious requests wit
       /^node name "control-plane" is reserved$/,
     );
   });
+
+  await t.step("a wildcard SSH principal: InvalidArgument", async () => {
+    for (const principal of ["*", "*.cluster.local", "node-1,node-2"]) {
+      const { request } = await cluster.prepareJoinRequest({
+        diskUuid: crypto.randomUUID(),
+        nodeName: "worker-1",
+        hostKey: {
+          publicKey: new TextEncoder().encode("ssh-ed25519 AAAA"),
+          principals: ["worker-1", principal],
+        },
+      });
+      await assertRejected(
+        cluster,
+        () => client.issueJoinTicket(request),
+        Code.InvalidArgument,
+        /contains the pattern character/,
+      );
+    }
+  });
+
+  await t.step(
+    "a worker key asking for control-plane files: PermissionDenied, nothing created; granted once the operator lists it",
+    async () => {
+      const request = { diskUuid: crypto.randomUUID(), nodeName: "control-plane-9", isControlPlane: true };
+      const error = await assertRejected(
+        cluster,
+        () => cluster.requestTicket(request),
+        Code.PermissionDenied,
+        /may not join as a control plane/,
+      );
+      assert.ok(!error.rawMessage.includes(cluster.issuer.keyDigest));
+      const [refused] = (await auditLines(cluster.joinService)).filter((e) =>
+        e.reason === "control-plane-not-allowed"
+      );
+      assert.equal(refused.keyDigest, cluster.issuer.keyDigest, "the audit line names the refused key");
+      assert.equal(refused.role, "control-plane");
+
+      // The operator names the key as a control plane's: the reloaded config lets the same node in.
+      const { configGeneration } = await client.getStatus({});
+      const listed: AttestationConfigJson = structuredClone(cluster.attestationConfig);
+      listed.akTrust = {
+        allowedKeyDigests: [cluster.issuer.keyDigest],
+        controlPlaneKeyDigests: [cluster.issuer.keyDigest],
+      };
+      await cluster.writeAttestationConfig(listed);
+      await cluster.waitForConfigGeneration(configGeneration + 1n);
+      const { ticket } = await cluster.requestTicket(request);
+      assert.equal(ticket.controlPlaneFiles.length, 8);
+
+      // And removing it again takes the grant back.
+      await cluster.writeAttestationConfig(cluster.attestationConfig);
+      await cluster.waitForConfigGeneration(configGeneration + 2n);
+      await assertRejected(cluster, () => cluster.requestTicket(request), Code.PermissionDenied);
+    },
+  );
 
   await t.step("a CSR over 16 KiB: InvalidArgument", async () => {
     const { request } = await prepare({ certificateRequest: new Uint8Array(16 * 1024 + 1).fill(0x30) });
@@ -267,17 +339,87 @@ Deno.test("the join service process rejects malformed and malicious requests wit
     for (const entry of rejected) {
       assert.equal(typeof entry.reason, "string");
       assert.ok(["InvalidArgument", "PermissionDenied", "ResourceExhausted"].includes(String(entry.code)));
-      if (entry.reason !== "identity") {
+      if (entry.reason !== "reserved-node-name") {
         assert.equal(entry.nodeName, undefined, "no node name before the CSR is accepted");
       }
     }
     const reasons = new Set(rejected.map((entry) => entry.reason));
     for (
-      const reason of ["evidence-missing", "nonce-replayed", "report-data-mismatch", "measurement-mismatch"]
+      const reason of [
+        "evidence-missing",
+        "nonce-replayed",
+        "report-data-mismatch",
+        "measurement-mismatch",
+        "control-plane-not-allowed",
+        "csr-rejected",
+        "malformed-request",
+      ]
     ) {
       assert.ok(reasons.has(reason), `${reason} in ${[...reasons]}`);
     }
   });
+
+  await t.step(
+    "a flood of garbage does not spend the ticket budget: attested nodes still get their tickets",
+    async () => {
+      const budgeted = await cluster.startJoinService({
+        flags: ["--rate-global", "0.001", "--burst-global", "3"],
+      });
+      try {
+        const garbage = (i: number) => {
+          const fields = { diskUuid: crypto.randomUUID(), certificateRequest: new Uint8Array([0x30, 0x00]) };
+          const forgedNonce = {
+            nonce: Uint8Array.of(1, ...crypto.getRandomValues(new Uint8Array(72))),
+            publicKey: new Uint8Array(32),
+            evidence: { variant: "qemu-vtpm", document: new Uint8Array(64) },
+          };
+          switch (i % 3) {
+            case 0:
+              return create(IssueJoinTicketRequestSchema, { ...fields, diskUuid: `garbage-${i}` });
+            case 1:
+              return create(IssueJoinTicketRequestSchema, fields);
+            default:
+              return create(IssueJoinTicketRequestSchema, { ...fields, attestation: forgedNonce });
+          }
+        };
+        const reasons = new Map<string, number>();
+        for (let batch = 0; batch < 15; batch++) {
+          const calls = Array.from(
+            { length: 20 },
+            (_, i) => budgeted.client.issueJoinTicket(garbage(batch * 20 + i)),
+          );
+          for (const settled of await Promise.allSettled(calls)) {
+            assert.equal(settled.status, "rejected");
+          }
+        }
+        for (const entry of await auditLines(budgeted)) {
+          reasons.set(String(entry.reason), (reasons.get(String(entry.reason)) ?? 0) + 1);
+        }
+        assert.deepEqual(
+          Object.fromEntries(reasons),
+          { "malformed-request": 100, "evidence-missing": 100, "nonce-bad-mac": 100 },
+        );
+
+        for (const nodeName of ["worker-x", "worker-y", "worker-z"]) {
+          const { ticket } = await cluster.requestTicket({
+            diskUuid: crypto.randomUUID(),
+            nodeName,
+            service: budgeted,
+          });
+          assert.equal(ticket.stateDiskKey.length, 32, nodeName);
+        }
+        await assertRejected(
+          cluster,
+          () =>
+            cluster.requestTicket({ diskUuid: crypto.randomUUID(), nodeName: "worker-4", service: budgeted }),
+          Code.ResourceExhausted,
+          /global rate limit/,
+        );
+      } finally {
+        assert.equal((await budgeted.stop()).code, 0);
+      }
+    },
+  );
 
   await t.step(
     "rate limit: the third ticket of a peer within its burst of 2 is ResourceExhausted",

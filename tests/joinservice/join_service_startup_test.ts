@@ -63,7 +63,7 @@ Deno.test("the join service process exits 1 with one clear line on a bad input, 
     [
       "no PEM in pki/ca.key",
       ["--kubernetes-dir", noPemKey],
-      /^cannot start: no PEM data found in .*\/pki\/ca\.key$/,
+      /^cannot start: cluster CA unusable: no PEM data found in .*\/pki\/ca\.key$/,
     ],
     [
       "admin.conf without CA data",

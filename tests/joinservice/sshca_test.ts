@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  checkHostPrincipals,
   MAX_SSH_PRINCIPALS,
   SSH_CA_KEY_ID,
   SSH_CA_SEED_LENGTH,
@@ -241,7 +242,7 @@ Deno.test("unsupported and malformed host keys are rejected with clear errors", 
   await ca.signHostCertificate(wire("ecdsa-sha2-nistp256", "nistp256", validPoint), ["node"], { clock });
 });
 
-Deno.test("principals must be present, non-empty and without whitespace", async () => {
+Deno.test("principals must be present, non-empty, and name one host: no whitespace or pattern characters", async () => {
   const ca = await SshCa.fromSeed(new Uint8Array(32));
   const key = wire("ssh-ed25519", new Uint8Array(32));
   const cases: [string[], string][] = [
@@ -256,13 +257,21 @@ Deno.test("principals must be present, non-empty and without whitespace", async 
       Array.from({ length: MAX_SSH_PRINCIPALS + 1 }, (_, i) => `n${i}`),
       "an SSH host certificate may have at most 256 principals, got 257",
     ],
+    ...["*", "*.example.com", "node-?", "!node-1", "node-1,node-2"].map((principal): [string[], string] => [
+      ["node-1", principal],
+      `SSH host certificate principal ${JSON.stringify(principal)} contains the pattern character ${
+        JSON.stringify(/[*?!,]/.exec(principal)![0])
+      }; principals must name one host`,
+    ]),
   ];
   for (const [principals, message] of cases) {
     await assert.rejects(
       ca.signHostCertificate(key, principals, { clock }),
       new SshCaError("invalid-principals", message),
     );
+    assert.throws(() => checkHostPrincipals(principals), new SshCaError("invalid-principals", message));
   }
+  checkHostPrincipals(["node-1.cluster.local", "10.0.0.7", "fd00::7", "node_1"]);
 });
 
 Deno.test("sshPublicKeyFromAuthorizedKey checks the line", () => {

@@ -8,7 +8,8 @@
  *
  * The attestation config expects the swtpm's real PCR values (all 16,
  * enforced; PCRs 4 and 9 are extended first so the boot chain is not all
- * zeros) and trusts only the issuer's attestation key. Tickets are requested
+ * zeros) and trusts only the issuer's attestation key, as a worker's unless
+ * the cluster is started with `controlPlaneKey`. Tickets are requested
  * as a node would: challenge, CSR, attested request, sealed response opened
  * with the node's HPKE key.
  *
@@ -100,7 +101,9 @@ export const OBJECT_PATHS = {
 export interface AttestationConfigJson {
   variant: string;
   measurements: Record<string, { expected: string; warnOnly: boolean }>;
-  akTrust: { allowedKeyDigests: string[] } | { trustAnyKey: true };
+  akTrust:
+    | { allowedKeyDigests: string[]; controlPlaneKeyDigests?: string[] }
+    | { trustAnyKey: true; controlPlaneKeyDigests?: string[]; controlPlaneAnyKey?: true };
 }
 
 /** Options for {@linkcode startJoinCluster}. */
@@ -115,6 +118,12 @@ export interface JoinClusterOptions {
   authorize?: (request: AuthorizationRequest) => boolean;
   /** The join service's log level; default "info". */
   logLevel?: "debug" | "info" | "warn" | "error";
+  /**
+   * Whether the node's attestation key may join as a control plane
+   * (`akTrust.controlPlaneKeyDigests` lists it); default false: it is a
+   * worker's key.
+   */
+  controlPlaneKey?: boolean;
 }
 
 /** The real key service process, restartable on the same port. */
@@ -320,7 +329,10 @@ async function build(
     measurements: Object.fromEntries(
       [...pcrs].map(([index, value]) => [String(index), { expected: value.toHex(), warnOnly: false }]),
     ),
-    akTrust: { allowedKeyDigests: [issuer.keyDigest] },
+    akTrust: {
+      allowedKeyDigests: [issuer.keyDigest],
+      controlPlaneKeyDigests: options.controlPlaneKey ? [issuer.keyDigest] : [],
+    },
   };
   await Deno.writeTextFile(paths.attestationConfig, JSON.stringify(attestationConfig));
 

@@ -60,6 +60,7 @@ import {
   bytesEqual,
   type MeasurementMismatch,
   type Measurements,
+  trusts,
   type Validator,
   type Verification,
 } from "../attestation.ts";
@@ -143,7 +144,7 @@ export class TpmValidator implements Validator {
           `(objectAttributes 0x${akPublic.objectAttributes.toString(16).padStart(8, "0")})`,
       );
     }
-    if (this.#akTrust.kind === "allow-list" && !this.#akTrust.keyDigests.has(keyDigest)) {
+    if (!trusts(this.#akTrust, keyDigest)) {
       throw new AttestationError("untrusted-key", `attestation key ${keyDigest} is not in the allow-list`);
     }
 
