@@ -46,6 +46,7 @@ export class ExchangeError extends Error {
   /** Hex SHA-256 of the rejected evidence's attestation key, when the validator got far enough to know it. */
   readonly keyDigest?: string;
 
+  /** An exchange failure for `reason`; the message names it and never holds a secret. */
   constructor(
     reason: ExchangeErrorReason,
     message: string,

@@ -56,6 +56,7 @@ export type Measurements = ReadonlyMap<number, Measurement>;
 
 /** A measurement that did not match. */
 export interface MeasurementMismatch {
+  /** The measurement index (a PCR for TPM variants). */
   index: number;
   /** Lower-case hex of the expected value. */
   expected: string;
@@ -101,6 +102,7 @@ export class AttestationError extends Error {
    */
   readonly keyDigest?: string;
 
+  /** Rejected evidence for `reason`, with every mismatch found and the attestation key digest when known. */
   constructor(
     reason: AttestationFailure,
     message: string,

@@ -84,6 +84,7 @@ export class AttestationConfigError extends Error {
   /** The reason, machine-readable. */
   readonly reason: AttestationConfigFailure;
 
+  /** An unusable config; the message names the field. */
   constructor(reason: AttestationConfigFailure, message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "AttestationConfigError";
@@ -341,6 +342,7 @@ function errorText(error: unknown): string {
 export interface AkTrustDiff {
   /** Trust mode before and after: "allow-list" or "any". */
   from: AkTrust["kind"];
+  /** The trust mode after the change. */
   to: AkTrust["kind"];
   /** Key digests trusted now but not before (when both are allow-lists; empty otherwise). */
   addedKeys: string[];

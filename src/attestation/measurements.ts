@@ -34,6 +34,7 @@ export class MeasurementsError extends Error {
   /** The offending key as written in the input, or undefined when the map itself is wrong. */
   readonly key: string | undefined;
 
+  /** Bad measurements; `key` names the offending measurement when there is one. */
   constructor(message: string, key?: string) {
     super(message);
     this.name = "MeasurementsError";

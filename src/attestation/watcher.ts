@@ -47,7 +47,9 @@ import type { Logger } from "../log/logger.ts";
 
 /** The config in force and the validator built from it. */
 export interface AttestationState {
+  /** The config in force. */
   readonly config: AttestationConfig;
+  /** The validator built from it. */
   readonly validator: Validator;
   /** 1 for the config read at start, +1 per applied change. */
   readonly generation: number;
@@ -57,6 +59,7 @@ export interface AttestationState {
 
 /** What an applied reload changed. */
 export interface AttestationConfigChange {
+  /** Measurements added, removed and changed. */
   measurements: MeasurementsDiff;
   /** Undefined when the AK trust did not change. */
   akTrust: AkTrustDiff | undefined;
@@ -70,6 +73,7 @@ export interface AttestationConfigWatcherOptions {
   path: string;
   /** The service's attestation variant; a config for another variant is rejected. */
   variant: string;
+  /** Receives load, reload and watch log lines. */
   logger: Logger;
   /** Called after a changed config was applied. */
   onChange?: (state: AttestationState, change: AttestationConfigChange) => void;

@@ -8,6 +8,7 @@ import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 
 /** A bad command line; the process exits with status 2. */
 export class UsageError extends Error {
+  /** A bad command line, described by `message`. */
   constructor(message: string) {
     super(message);
     this.name = "UsageError";

@@ -15,14 +15,17 @@ export type RequestRole = "worker" | "control-plane" | "rejoin";
 
 /** One decision. */
 export interface AuditEntry {
+  /** The ticket method. */
   method: TicketMethod;
   /** The peer's address as the connection reported it. */
   peer: string;
-  /** Attestation variant and measurements digest of the config the request was judged by. */
+  /** Attestation variant of the config the request was judged by. */
   variant: string;
+  /** Digest of that config's measurements. */
   measurementsDigest: string;
   /** The disk UUID as sent (shortened, control characters replaced). */
   diskUuid: string;
+  /** The role the request asks for. */
   role: RequestRole;
   /** The node name from its accepted CSR. */
   nodeName?: string;
@@ -32,10 +35,13 @@ export interface AuditEntry {
   reportedMeasurementsDigest?: string;
   /** Warn-only measurement mismatches the node passed with. */
   warnings?: MeasurementMismatch[];
+  /** Whether the node got its ticket. */
   outcome: "issued" | "rejected";
-  /** Why a request was rejected (a `JoinReason`), and the Connect code and message the node got. */
+  /** Why a request was rejected (a `JoinReason`). */
   reason?: string;
+  /** The Connect code the node got. */
   code?: string;
+  /** The message the node got. */
   error?: string;
 }
 

@@ -49,6 +49,7 @@ export class BootstrapTokenError extends Error {
   /** Whether the store's failure was transient (its error said `retryable`), so a later try may succeed. */
   readonly retryable: boolean;
 
+  /** A token failure for `reason`; `message` never holds the token's secret. */
   constructor(
     reason: "id-collisions" | "create-failed",
     message: string,
@@ -117,6 +118,7 @@ export function bootstrapTokenSecret(token: BootstrapToken, expiresAt: Date): Se
  * API's Status for that case).
  */
 export interface BootstrapTokenSecrets {
+  /** Creates `secret` in `namespace`. */
   create(namespace: string, secret: Secret, options: { signal?: AbortSignal }): Promise<unknown>;
 }
 

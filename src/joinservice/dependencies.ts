@@ -58,6 +58,7 @@ export interface PrecheckedAttestation {
 
 /** A verified request: what was verified, and how to seal the answer to it. */
 export interface VerifiedAttestation {
+  /** The validator's verdict: warnings, reported measurements, the attestation key. */
   verification: Verification;
   /** Seals a serialized response to the request's attested key. Rejects with "seal-failed". */
   seal(plaintext: Uint8Array<ArrayBuffer>): Promise<Sealed>;
@@ -65,11 +66,13 @@ export interface VerifiedAttestation {
 
 /** The attestation config and validator in force (the config watcher). */
 export interface AttestationPolicy {
+  /** The config, validator, digest and generation in force. */
   current(): AttestationState;
 }
 
 /** Keys derived from the master secret. Rejects with "key-service-unavailable". */
 export interface KeySource {
+  /** The `length`-byte key derived for `id`. */
   getDataKey(id: string, length: number, options: SignalOptions): Promise<Uint8Array>;
 }
 
@@ -123,9 +126,11 @@ export interface BootstrapTokens {
 
 /** A joining node as recorded for the node operator. */
 export interface JoiningNode {
+  /** The node's name (from its accepted CSR). */
   name: string;
   /** The components ConfigMap the node installs from. */
   componentsReference: string;
+  /** Whether it joins as a control plane (recorded as the single "control-plane" object). */
   isControlPlane: boolean;
 }
 
@@ -184,16 +189,27 @@ export interface JoinServiceMetrics {
 
 /** Everything the join service handler needs. */
 export interface JoinServiceDependencies {
+  /** Nonces, cheap checks, verification and sealing. */
   exchange: AttestedExchange;
+  /** The attestation config and validator in force. */
   attestation: AttestationPolicy;
+  /** The key service. */
   keys: KeySource;
+  /** The cluster CA, for kubelet certificates. */
   kubeletSigner: KubeletSigner;
+  /** The Kubernetes components to install. */
   components: ComponentsSource;
+  /** The discovery pin of the cluster CA. */
   discoveryHash: DiscoveryHashSource;
+  /** The API server endpoint handed to nodes. */
   apiServerEndpoint: ApiServerEndpointSource;
+  /** The control-plane CA files. */
   controlPlaneFiles: ControlPlaneFilesSource;
+  /** Bootstrap tokens. */
   tokens: BootstrapTokens;
+  /** JoiningNode records. */
   joiningNodes: JoiningNodes;
+  /** The SSH CA. */
   ssh: SshHostCertifier;
   /** Raw measurement salt handed to nodes. */
   measurementSalt: Uint8Array;
@@ -203,9 +219,12 @@ export interface JoinServiceDependencies {
   ticketBudget: SharedBudget;
   /** Attestation verifications at once and waiting. */
   verifierPool: BoundedPool;
+  /** Decisions and latencies. */
   metrics: JoinServiceMetrics;
   /** Receives one entry per decision. */
   audit: AuditLog;
+  /** Receives operational log lines (never secrets). */
   logger: Logger;
+  /** Time source. */
   clock: Clock;
 }

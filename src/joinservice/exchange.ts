@@ -24,6 +24,7 @@ import { reject } from "./rejections.ts";
 export interface AttestedExchangeOptions {
   /** Source of the nonce MAC key. */
   keys: KeySource;
+  /** Time source for nonces and the failure hold. */
   clock: Clock;
   /** Nonce lifetime; default that of {@linkcode ChallengeNonces}. */
   nonceLifetimeMs?: number;

@@ -9,12 +9,17 @@ import { type IpNetwork, parseCidr } from "../net/ip.ts";
 
 /** The join service's settings. */
 export interface JoinServiceFlags {
+  /** The join.API port. */
   port: number;
+  /** The address join.API binds. */
   listenAddress: string;
+  /** The metrics port. */
   metricsPort: number;
+  /** The address metrics bind. */
   metricsAddress: string;
   /** "host:port" of the key service. */
   keyServiceEndpoint: string;
+  /** The attestation variant, e.g. "qemu-vtpm". */
   attestationVariant: string;
   /** Holds `attestationConfig` and `measurementSalt`. */
   configDir: string;
@@ -28,17 +33,25 @@ export interface JoinServiceFlags {
   kubeconfig?: string;
   /** The cluster's service network; kubelet certificates may not carry its first address (the API server's Service). */
   serviceNetwork: IpNetwork;
+  /** Serving certificate file (PEM); self-signed at start when unset. */
   tlsCert?: string;
+  /** Serving key file (PEM). */
   tlsKey?: string;
   /** Sustained tickets per second and burst, per peer and overall. */
   ratePerPeer: number;
+  /** Largest burst per peer. */
   burstPerPeer: number;
+  /** Sustained tickets per second over all peers. */
   rateGlobal: number;
+  /** Largest burst over all peers. */
   burstGlobal: number;
   /** Attestation verifications running at once, and waiting at most. */
   verifyConcurrency: number;
+  /** Verifications waiting at most. */
   verifyQueue: number;
+  /** How long a challenge stays valid. */
   nonceLifetimeMs: number;
+  /** The lowest level logged. */
   logLevel: LogLevel;
 }
 

@@ -528,6 +528,7 @@ function randomSerialNumber(): string {
 export interface KubeletSignerOptions {
   /** Holds `ca.crt` and `ca.key`. */
   pkiDir: string;
+  /** Time source for validity windows. */
   clock: Clock;
   /** The cluster's service network (kube-apiserver's `--service-cluster-ip-range`): its first address is the API server's Service. */
   serviceNetwork: IpNetwork;

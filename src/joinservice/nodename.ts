@@ -27,6 +27,7 @@ export class NodeNameError extends Error {
   /** Machine-readable reason. */
   readonly reason: NodeNameFailure;
 
+  /** An unusable name for `reason`; `message` names it. */
   constructor(reason: NodeNameFailure, message: string) {
     super(message);
     this.name = "NodeNameError";

@@ -79,7 +79,9 @@ export interface Decision {
 
 /** An attested request's parts that {@linkcode JoinService.verify} checks. */
 export interface AttestedRequestParts {
+  /** The request's attestation (absent when the node sent none). */
   attestation: AttestedRequest | undefined;
+  /** What the request is for. */
   purpose: ExchangePurpose;
   /** Digest of the request's security-relevant fields, which the evidence must be bound to. */
   requestDigest: Uint8Array;

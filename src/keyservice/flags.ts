@@ -16,6 +16,7 @@ export interface KeyServiceFlags {
   saltPath: string;
   /** Address to bind. */
   listenAddress: string;
+  /** The lowest level logged. */
   logLevel: LogLevel;
 }
 

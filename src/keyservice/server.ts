@@ -19,6 +19,7 @@ import { peerAddressKey } from "../rpc/peer.ts";
 
 /** Derives a data key from its full HKDF info (the cluster KMS). */
 export interface DataKeySource {
+  /** The `length`-byte key for the full HKDF info `dekId`. */
   getDek(dekId: string, length: number): Promise<Uint8Array>;
 }
 

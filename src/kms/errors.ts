@@ -21,6 +21,7 @@ export class KmsError extends Error {
   /** The failure, machine-readable. */
   readonly reason: KmsFailure;
 
+  /** A failure for `reason`; `message` never holds key material. */
   constructor(reason: KmsFailure, message: string) {
     super(message);
     this.name = "KmsError";

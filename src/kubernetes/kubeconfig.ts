@@ -19,28 +19,43 @@ import { fileTokenSource, type ReadTextFile, staticToken, type TokenSource } fro
 
 /** A `clusters[].cluster` entry, with the kubeconfig's own key names. */
 export interface KubeconfigCluster {
+  /** The API server URL. */
   server?: string;
+  /** Base64 PEM of the CA certificates. */
   "certificate-authority-data"?: string;
+  /** A file of CA certificates. */
   "certificate-authority"?: string;
+  /** Skip verifying the server (refused by this client). */
   "insecure-skip-tls-verify"?: boolean;
+  /** The name to verify the server certificate against. */
   "tls-server-name"?: string;
+  /** A proxy URL (refused by this client). */
   "proxy-url"?: string;
 }
 
 /** A `contexts[].context` entry. */
 export interface KubeconfigContext {
+  /** The cluster entry's name. */
   cluster?: string;
+  /** The user entry's name. */
   user?: string;
+  /** The default namespace. */
   namespace?: string;
 }
 
 /** A `users[].user` entry. Only the credential kinds this client supports are typed. */
 export interface KubeconfigUser {
+  /** Base64 PEM client certificate. */
   "client-certificate-data"?: string;
+  /** A client certificate file. */
   "client-certificate"?: string;
+  /** Base64 PEM client key. */
   "client-key-data"?: string;
+  /** A client key file. */
   "client-key"?: string;
+  /** A bearer token. */
   token?: string;
+  /** A file holding a bearer token. */
   tokenFile?: string;
   /** Present only to be rejected with a clear error. */
   exec?: unknown;
@@ -52,9 +67,13 @@ export interface KubeconfigUser {
 
 /** A parsed kubeconfig. Entry names may be "" (kubeadm writes an unnamed cluster in discovery files). */
 export interface Kubeconfig {
+  /** Named cluster entries. */
   clusters: { name: string; cluster: KubeconfigCluster }[];
+  /** Named context entries. */
   contexts: { name: string; context: KubeconfigContext }[];
+  /** Named user entries. */
   users: { name: string; user: KubeconfigUser }[];
+  /** The context in use. */
   "current-context": string;
 }
 
@@ -70,6 +89,7 @@ export class KubeconfigError extends Error {
   /** Machine-readable reason. */
   readonly reason: KubeconfigErrorReason;
 
+  /** An unusable kubeconfig for `reason`; `message` names the field, never a credential. */
   constructor(reason: KubeconfigErrorReason, message: string) {
     super(message);
     this.name = "KubeconfigError";

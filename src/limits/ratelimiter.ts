@@ -17,7 +17,9 @@ export interface Rate {
 
 /** Options for {@linkcode TokenBucket}. */
 export interface TokenBucketOptions {
+  /** The bucket's rate and burst. */
   rate: Rate;
+  /** Time source. */
   clock: Clock;
 }
 
@@ -62,6 +64,7 @@ export class TokenBucket {
 export interface PeerRateLimiterOptions {
   /** Limit per peer group (an IPv4 address or an IPv6 /64, see `peer_group.ts`). */
   perPeer: Rate;
+  /** Time source. */
   clock: Clock;
   /** Most peer groups tracked at once; idle full buckets are dropped first. Default 10,000. */
   maxPeers?: number;

@@ -16,6 +16,7 @@ export class SecretFileError extends Error {
   /** The file's path. */
   readonly path: string;
 
+  /** A problem with the secret file at `path`; `message` never holds its content. */
   constructor(reason: SecretFileProblem, path: string, message: string) {
     super(message);
     this.name = "SecretFileError";

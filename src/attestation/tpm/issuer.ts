@@ -92,6 +92,7 @@ export const QUOTED_PCRS: readonly number[] = Array.from({ length: 16 }, (_, i) 
 export interface TpmIssuerOptions {
   /** tpm2-tools TCTI; default "device:/dev/tpmrm0". Tests use "swtpm:path=…" or "swtpm:host=…,port=…". */
   tcti?: string;
+  /** Receives the issuer's log lines (its key digest at start, retries). */
   logger: Logger;
   /** Aborts key creation. */
   signal?: AbortSignal;
@@ -130,7 +131,7 @@ const TYPICAL_SIGNATURE_BYTES = { ecc: 72, rsa: 262 } as const;
 
 /** Issues `qemu-vtpm` evidence from a TPM. */
 export class TpmIssuer implements Issuer {
-  readonly variant = QEMU_VTPM_VARIANT;
+  readonly variant: string = QEMU_VTPM_VARIANT;
   /** The attestation key's digest (lower-case hex SHA-256 of its TPMT_PUBLIC), for AK allow-lists. */
   readonly keyDigest: string;
   readonly #tpm: TpmConnection;

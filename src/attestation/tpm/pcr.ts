@@ -23,6 +23,7 @@ const SHA256_LENGTH = 32;
 
 /** Options for the PCR helpers. */
 export interface PcrOptions {
+  /** Aborts the TPM tool runs. */
   signal?: AbortSignal;
 }
 

@@ -75,7 +75,7 @@ export const QEMU_VTPM_VARIANT = "qemu-vtpm";
 const REQUIRED_AK_ATTRIBUTES = ObjectAttribute.sign | ObjectAttribute.restricted | ObjectAttribute.fixedTpm;
 
 /** Logged when any attestation key is trusted: at construction and on every verification that relies on it. */
-export const TRUST_ANY_KEY_WARNING =
+export const TRUST_ANY_KEY_WARNING: string =
   "INSECURE: trustAnyKey accepts evidence signed by any key, including software keys; " +
   "anyone can forge qemu-vtpm evidence (any report data, any PCR values) without a TPM. " +
   "List the nodes' attestation keys in akTrust.allowedKeyDigests outside development";
@@ -96,16 +96,18 @@ export interface TpmValidatorOptions {
   measurements: Measurements;
   /** Which attestation keys to trust. */
   akTrust: AkTrust;
+  /** Receives the INSECURE warnings of `trustAnyKey` and warn-only mismatches. */
   logger: Logger;
 }
 
 /** Verifies `qemu-vtpm` evidence. */
 export class TpmValidator implements Validator {
-  readonly variant = QEMU_VTPM_VARIANT;
+  readonly variant: string = QEMU_VTPM_VARIANT;
   readonly #measurements: Measurements;
   readonly #akTrust: AkTrust;
   readonly #logger: Logger;
 
+  /** A validator with `options.measurements` and `options.akTrust`. */
   constructor(options: TpmValidatorOptions) {
     this.#measurements = options.measurements;
     this.#akTrust = options.akTrust;
