@@ -48,6 +48,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import type { AkTrust, Measurements } from "./attestation.ts";
 import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
 import { knownVariants, UnknownVariantError } from "./registry.ts";
@@ -80,17 +81,7 @@ export type AttestationConfigFailure =
   | "variant-mismatch"; // a valid config for another variant than the service's
 
 /** The attestation config is unreadable or invalid. The message names the field. */
-export class AttestationConfigError extends Error {
-  /** The reason, machine-readable. */
-  readonly reason: AttestationConfigFailure;
-
-  /** An unusable config; the message names the field. */
-  constructor(reason: AttestationConfigFailure, message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = "AttestationConfigError";
-    this.reason = reason;
-  }
-}
+export class AttestationConfigError extends ReasonError<AttestationConfigFailure> {}
 
 /** Options for {@linkcode parseAttestationConfig}. */
 export interface ParseAttestationConfigOptions {

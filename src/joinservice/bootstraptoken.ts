@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import type { Secret } from "kubernetes-types/core/v1.d.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import type { KubernetesClient } from "../kubernetes/client.ts";
@@ -43,21 +44,21 @@ export interface BootstrapToken {
 }
 
 /** A token was generated but could not be stored. Never carries the token's secret. */
-export class BootstrapTokenError extends Error {
-  /** "id-collisions" when every generated ID already existed, "create-failed" otherwise. */
-  readonly reason: "id-collisions" | "create-failed";
+export class BootstrapTokenError extends ReasonError<"id-collisions" | "create-failed"> {
   /** Whether the store's failure was transient (its error said `retryable`), so a later try may succeed. */
   readonly retryable: boolean;
 
-  /** A token failure for `reason`; `message` never holds the token's secret. */
+  /**
+   * A token failure: "id-collisions" when every generated ID already
+   * existed, "create-failed" otherwise; `message` never holds the token's
+   * secret.
+   */
   constructor(
     reason: "id-collisions" | "create-failed",
     message: string,
     options: { retryable?: boolean } = {},
   ) {
-    super(message);
-    this.name = "BootstrapTokenError";
-    this.reason = reason;
+    super(reason, message);
     this.retryable = options.retryable ?? false;
   }
 }

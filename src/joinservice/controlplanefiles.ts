@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import type { ControlPlaneFilesSource } from "./dependencies.ts";
 import { reject } from "./rejections.ts";
 
@@ -31,17 +32,13 @@ export interface ControlPlaneFile {
 }
 
 /** A control-plane file could not be read. The message names the file, never its content. */
-export class ControlPlaneFilesError extends Error {
-  /** "missing" when the file does not exist, "unreadable" for any other failure. */
-  readonly reason: "missing" | "unreadable";
+export class ControlPlaneFilesError extends ReasonError<"missing" | "unreadable"> {
   /** The file's name relative to the PKI directory. */
   readonly file: string;
 
-  /** A failure of `file`; `message` names it. */
+  /** A failure of `file` ("missing" when it does not exist, "unreadable" otherwise); `message` names it. */
   constructor(reason: "missing" | "unreadable", file: string, message: string) {
-    super(message);
-    this.name = "ControlPlaneFilesError";
-    this.reason = reason;
+    super(reason, message);
     this.file = file;
   }
 }

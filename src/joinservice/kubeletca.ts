@@ -14,6 +14,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import { AsnConvert } from "@peculiar/asn1-schema";
 import { Extensions, id_ce_subjectAltName, type Name } from "@peculiar/asn1-x509";
 import { CertificationRequest } from "@peculiar/asn1-csr";
@@ -62,17 +63,7 @@ export type KubeletCaFailure =
   | "csr-rejected"; // the CSR asks for something a kubelet certificate may not have
 
 /** The CA could not be loaded or a CSR could not be signed. Never carries key material. */
-export class KubeletCaError extends Error {
-  /** Why, machine-readable. */
-  readonly reason: KubeletCaFailure;
-
-  /** A failure for `reason`; `message` names the input, never key bytes. */
-  constructor(reason: KubeletCaFailure, message: string) {
-    super(message);
-    this.name = "KubeletCaError";
-    this.reason = reason;
-  }
-}
+export class KubeletCaError extends ReasonError<KubeletCaFailure> {}
 
 /** A loaded cluster CA, ready to sign. */
 export interface KubeletCa {

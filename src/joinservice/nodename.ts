@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 
 /** The common-name prefix of a kubelet certificate: `system:node:<nodeName>`. */
 export const NODE_COMMON_NAME_PREFIX = "system:node:";
@@ -23,17 +24,7 @@ const dns1123Subdomain = new RegExp(`^${dns1123Label}(\\.${dns1123Label})*$`);
 export type NodeNameFailure = "missing-prefix" | "empty" | "too-long" | "invalid";
 
 /** A node name cannot be used. The message names the offending value. */
-export class NodeNameError extends Error {
-  /** Machine-readable reason. */
-  readonly reason: NodeNameFailure;
-
-  /** An unusable name for `reason`; `message` names it. */
-  constructor(reason: NodeNameFailure, message: string) {
-    super(message);
-    this.name = "NodeNameError";
-    this.reason = reason;
-  }
-}
+export class NodeNameError extends ReasonError<NodeNameFailure> {}
 
 /**
  * The node name in a kubelet certificate common name, i.e. what follows

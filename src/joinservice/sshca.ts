@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import { SharedLoad } from "../async/shared_load.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import type { KeySource, SshHostCertifier } from "./dependencies.ts";
@@ -42,17 +43,7 @@ export type SshCaFailure =
   | "invalid-validity";
 
 /** An SSH CA input was rejected. Never carries key material of the CA. */
-export class SshCaError extends Error {
-  /** Machine-readable reason. */
-  readonly reason: SshCaFailure;
-
-  /** A refused input; `message` names it, never CA key material. */
-  constructor(reason: SshCaFailure, message: string) {
-    super(message);
-    this.name = "SshCaError";
-    this.reason = reason;
-  }
-}
+export class SshCaError extends ReasonError<SshCaFailure> {}
 
 /** Options for {@linkcode SshCa.signHostCertificate}. */
 export interface SignHostCertificateOptions {

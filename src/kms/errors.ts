@@ -3,6 +3,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 
 /** What went wrong, machine-readable. */
 export type KmsFailure =
@@ -17,14 +18,4 @@ export type KmsFailure =
  * A key derivation or KMS configuration failure. Messages never contain key
  * material: a URI's parameter values are never echoed.
  */
-export class KmsError extends Error {
-  /** The failure, machine-readable. */
-  readonly reason: KmsFailure;
-
-  /** A failure for `reason`; `message` never holds key material. */
-  constructor(reason: KmsFailure, message: string) {
-    super(message);
-    this.name = "KmsError";
-    this.reason = reason;
-  }
-}
+export class KmsError extends ReasonError<KmsFailure> {}

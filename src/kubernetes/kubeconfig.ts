@@ -10,6 +10,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import { dirname, isAbsolute, join } from "node:path";
 import { parse, YAMLParseError } from "yaml";
 import { encodePem } from "../x509/pem.ts";
@@ -85,17 +86,7 @@ export type KubeconfigErrorReason =
   | "unreadable"; // a referenced file could not be read
 
 /** A kubeconfig is malformed, incomplete, unsupported, or references an unreadable file. */
-export class KubeconfigError extends Error {
-  /** Machine-readable reason. */
-  readonly reason: KubeconfigErrorReason;
-
-  /** An unusable kubeconfig for `reason`; `message` names the field, never a credential. */
-  constructor(reason: KubeconfigErrorReason, message: string) {
-    super(message);
-    this.name = "KubeconfigError";
-    this.reason = reason;
-  }
-}
+export class KubeconfigError extends ReasonError<KubeconfigErrorReason> {}
 
 /**
  * Parses kubeconfig text (YAML or JSON) and checks its shape. Does not

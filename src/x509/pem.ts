@@ -3,6 +3,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import { PemConverter } from "./x509.ts";
 
 /** One decoded PEM block. */
@@ -16,17 +17,7 @@ export interface PemBlock {
 }
 
 /** The text is not PEM, or holds no block. */
-export class PemError extends Error {
-  /** "malformed" when the text cannot be decoded, "empty" when it holds no PEM block. */
-  readonly reason: "malformed" | "empty";
-
-  /** A PEM failure; `message` names the input. */
-  constructor(reason: "malformed" | "empty", message: string) {
-    super(message);
-    this.name = "PemError";
-    this.reason = reason;
-  }
-}
+export class PemError extends ReasonError<"malformed" | "empty"> {}
 
 /**
  * Decodes every PEM block of `text`; at least one must be there. `source`

@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import { AsnConvert } from "@peculiar/asn1-schema";
 import { ECParameters, ECPrivateKey, id_ecPublicKey, id_secp256r1, id_secp384r1 } from "@peculiar/asn1-ecc";
 import { id_rsaEncryption, RSAPrivateKey } from "@peculiar/asn1-rsa";
@@ -31,17 +32,7 @@ export type PrivateKeyFailure =
   | "mismatch"; // the key is not the key of the certificate it should belong to
 
 /** A private key was refused. Never carries key material. */
-export class PrivateKeyError extends Error {
-  /** Why, machine-readable. */
-  readonly reason: PrivateKeyFailure;
-
-  /** A refused key; `message` names the input. */
-  constructor(reason: PrivateKeyFailure, message: string) {
-    super(message);
-    this.name = "PrivateKeyError";
-    this.reason = reason;
-  }
-}
+export class PrivateKeyError extends ReasonError<PrivateKeyFailure> {}
 
 /** A private key ready to sign, with the algorithms to sign and verify with. */
 export interface SigningKey {

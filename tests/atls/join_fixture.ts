@@ -10,8 +10,15 @@
  */
 import { type Client, createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import type { Validator } from "../../src/attestation/attestation.ts";
-import { API } from "../../src/gen/join/join_pb.ts";
+import { create } from "@bufbuild/protobuf";
+import type { Issuer, Validator } from "../../src/attestation/attestation.ts";
+import { type AttestedRequestBundle, createAttestedRequest } from "../../src/atls/attester.ts";
+import { type Purpose, rejoinRequestDigest } from "../../src/atls/reportdata.ts";
+import {
+  API,
+  type IssueRejoinTicketRequest,
+  IssueRejoinTicketRequestSchema,
+} from "../../src/gen/join/join_pb.ts";
 import { createAttestedExchange } from "../../src/joinservice/exchange.ts";
 import { JoinService } from "../../src/joinservice/service.ts";
 import { MEASUREMENT_SECRET_KEY_ID, stateDiskKeyId } from "../../src/kms/keys.ts";
@@ -34,6 +41,32 @@ export interface JoinFixture extends AsyncDisposable {
   clock: ManualClock;
   /** Requests that were issued a ticket, in order. */
   readonly verified: { purpose: string; diskUuid: string }[];
+}
+
+/**
+ * An attested rejoin request for `diskUuid` as a node builds it, with a
+ * challenge from `fixture` (or `nonce`). A `purpose` other than "rejoin"
+ * makes evidence for the wrong purpose.
+ */
+export async function attestedRejoinRequest(options: {
+  issuer: Issuer;
+  diskUuid: string;
+  fixture?: JoinFixture;
+  nonce?: Uint8Array;
+  purpose?: Purpose;
+}): Promise<{ bundle: AttestedRequestBundle; request: IssueRejoinTicketRequest }> {
+  const { issuer, diskUuid } = options;
+  const nonce = options.nonce ?? (await options.fixture!.client.getChallenge({})).nonce;
+  const bundle = await createAttestedRequest({
+    issuer,
+    nonce,
+    purpose: options.purpose ?? "rejoin",
+    requestDigest: await rejoinRequestDigest({ diskUuid }),
+  });
+  return {
+    bundle,
+    request: create(IssueRejoinTicketRequestSchema, { diskUuid, attestation: bundle.attestation }),
+  };
 }
 
 /** Starts the fixture with `validator`; dispose it to close client and server. */
