@@ -5,6 +5,12 @@
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
 import { parseFlags, parsePort, parsePositive, UsageError } from "../flags/flags.ts";
+import {
+  CONNECTION_LIMIT_OPTIONS,
+  CONNECTION_LIMITS_USAGE,
+  parseConnectionLimits,
+} from "../flags/connection_limits.ts";
+import type { ConnectionLimits } from "../rpc/limits.ts";
 
 /** The join service's settings. */
 export interface JoinServiceFlags {
@@ -37,6 +43,8 @@ export interface JoinServiceFlags {
   verifyQueue: number;
   nonceLifetimeMs: number;
   logLevel: LogLevel;
+  /** Connection limits of the join.API listener given on the command line. */
+  limits: Partial<ConnectionLimits>;
 }
 
 /** Usage text for `--help`. */
@@ -71,7 +79,9 @@ Flags:
                                    every replica: replicas accept each other's challenges
   --log-level <level>              debug, info, warn or error (default info)
   --help                           show this help
-`;
+
+Connection limits of the join.API port:
+${CONNECTION_LIMITS_USAGE}`;
 
 /**
  * Parses the command line. Returns "help" when `--help` is given.
@@ -102,6 +112,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     "nonce-lifetime": { type: "string", default: "120" },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
+    ...CONNECTION_LIMIT_OPTIONS,
   }, "join service");
   if (values.help) return "help";
 
@@ -164,6 +175,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     verifyQueue: whole("--verify-queue", values["verify-queue"]),
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
     logLevel,
+    limits: parseConnectionLimits(values),
   };
 }
 
