@@ -8,7 +8,7 @@ export PATH="$PWD/node_modules/.bin:$PATH" NO_COLOR=1 RUST_BACKTRACE=0 DENO_NO_P
 
 missing=()
 for tool in swtpm:swtpm swtpm_ioctl:swtpm-tools tpm2_quote:tpm2-tools cryptsetup:cryptsetup-bin \
-  openssl:openssl ssh-keygen:openssh-client ps:procps; do
+  openssl:openssl ssh-keygen:openssh-client; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool##*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

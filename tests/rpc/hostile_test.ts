@@ -13,14 +13,8 @@ import { GetChallengeRequestSchema } from "../../src/gen/join/join_pb.ts";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { connectRpc } from "../../src/rpc/client.ts";
 import { ErrorCode } from "../support/h2_frames.ts";
-import {
-  floodStreams,
-  fuzz,
-  goawayThenRequest,
-  type H2Target,
-  rssBytes,
-  slowloris,
-} from "../support/hostile_h2.ts";
+import { floodStreams, fuzz, goawayThenRequest, type H2Target, slowloris } from "../support/hostile_h2.ts";
+import { processMemory } from "../support/process_memory.ts";
 import { startJoinCluster } from "../support/join_cluster.ts";
 import { type RunningService, runToExit } from "../support/process.ts";
 import { REPO_ROOT, startKeyService } from "../keyservice/key_service_process.ts";
@@ -48,7 +42,7 @@ interface Victim {
 /** The hostile sequence shared by both services, run as steps of `t`. */
 async function attack(t: Deno.TestContext, victim: Victim): Promise<void> {
   await victim.realCall(); // warm up before the baseline
-  const baseline = await rssBytes(victim.process.pid);
+  const baseline = (await processMemory(victim.process.pid)).rssBytes;
   let maxGrowth = 0;
   const assertHealthy = async (after: string) => {
     const exited = await Promise.race([
@@ -63,7 +57,7 @@ async function attack(t: Deno.TestContext, victim: Victim): Promise<void> {
       }`,
     );
     await victim.realCall();
-    const growth = (await rssBytes(victim.process.pid)) - baseline;
+    const growth = ((await processMemory(victim.process.pid)).rssBytes) - baseline;
     maxGrowth = Math.max(maxGrowth, growth);
     assert.ok(growth < RSS_GROWTH_BOUND, `RSS grew by ${(growth / 2 ** 20).toFixed(1)} MiB after ${after}`);
   };

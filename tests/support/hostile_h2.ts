@@ -297,19 +297,6 @@ export async function slowloris(
   return { ...result, closed };
 }
 
-/** Resident set size of process `pid` in bytes (`ps`: Deno lets only --allow-all read another process's /proc). */
-export async function rssBytes(pid: number): Promise<number> {
-  const { stdout, success } = await new Deno.Command("ps", {
-    args: ["-o", "rss=", "-p", String(pid)],
-    clearEnv: true,
-    stdout: "piped",
-    stderr: "null",
-  }).output();
-  const kib = Number(new TextDecoder().decode(stdout).trim());
-  if (!success || !Number.isInteger(kib) || kib <= 0) throw new Error(`no RSS for process ${pid}`);
-  return kib * 1024;
-}
-
 /** Calls `onFrame` for every frame read from `conn` until it ends. */
 async function readFrames(
   conn: Deno.Conn,
