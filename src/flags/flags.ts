@@ -48,6 +48,13 @@ export function parsePositive(value: string, flag: string): number {
   return number;
 }
 
+/** Parses a positive whole number (e.g. a count). */
+export function parseCount(value: string, flag: string): number {
+  const number = parsePositive(value, flag);
+  if (!Number.isInteger(number)) throw new UsageError(`invalid ${flag} "${value}": want a whole number`);
+  return number;
+}
+
 /** Turns node:util's parse errors (long, Node-specific) into one short line. */
 function describeParseError(err: unknown, component: string): string {
   const { code, message } = err as { code?: string; message?: string };

@@ -5,6 +5,12 @@
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
 import { parseFlags, parsePort, parsePositive, UsageError } from "../flags/flags.ts";
+import {
+  CONNECTION_LIMIT_OPTIONS,
+  CONNECTION_LIMITS_USAGE,
+  parseConnectionLimits,
+} from "../flags/connection_limits.ts";
+import type { ConnectionLimits } from "../rpc/limits.ts";
 import { type IpNetwork, parseCidr } from "../net/ip.ts";
 
 /** The join service's settings. */
@@ -53,6 +59,8 @@ export interface JoinServiceFlags {
   nonceLifetimeMs: number;
   /** The lowest level logged. */
   logLevel: LogLevel;
+  /** Connection limits of the join.API listener given on the command line. */
+  limits: Partial<ConnectionLimits>;
 }
 
 /** Usage text for `--help`. */
@@ -91,7 +99,9 @@ Flags:
                                    every replica: replicas accept each other's challenges
   --log-level <level>              debug, info, warn or error (default info)
   --help                           show this help
-`;
+
+Connection limits of the join.API port:
+${CONNECTION_LIMITS_USAGE}`;
 
 /**
  * Parses the command line. Returns "help" when `--help` is given.
@@ -123,6 +133,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     "nonce-lifetime": { type: "string", default: "120" },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
+    ...CONNECTION_LIMIT_OPTIONS,
   }, "join service");
   if (values.help) return "help";
 
@@ -194,6 +205,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     verifyQueue: whole("--verify-queue", values["verify-queue"]),
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
     logLevel,
+    limits: parseConnectionLimits(values),
   };
 }
 

@@ -1,7 +1,7 @@
 /**
  * What `akTrust: {"trustAnyKey": true}` really accepts: `qemu-vtpm` evidence
  * forged entirely in software, with a WebCrypto P-256 key that declares the
- * TPM attributes (fixedTPM, restricted, sign) itself and signs a self-made
+ * TPM attributes (fixedTpm, restricted, sign) itself and signs a self-made
  * quote. No TPM is involved anywhere in this file.
  */
 import assert from "node:assert/strict";

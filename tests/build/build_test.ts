@@ -120,7 +120,7 @@ Deno.test("the built services run under exactly their permission sets", async (t
         inside.saltPath,
       ], { readyMatch: KEY_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
       try {
-        const client = createKeyServiceClient({ endpoint: `127.0.0.1:${service.port}`, timeoutMs: 5000 });
+        using client = createKeyServiceClient({ endpoint: `127.0.0.1:${service.port}`, timeoutMs: 5000 });
         assert.equal((await client.getDataKey(ZERO_UUID, 32)).toHex(), HKDF_ZERO.output);
       } finally {
         assert.equal((await service.stop()).code, 0);

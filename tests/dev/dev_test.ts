@@ -33,7 +33,7 @@ Deno.test("the main job serves keys from a development secret and deletes the se
       1,
       "one private secret directory",
     );
-    const client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 5000 });
+    using client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 5000 });
     const key = await client.getDataKey("0123abcd-0000-4000-8000-00000000cafe", 32);
     assert.equal(key.length, 32);
   } finally {

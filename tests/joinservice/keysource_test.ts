@@ -20,9 +20,8 @@ Deno.test("a key service that accepts but never answers is unavailable to the jo
     for await (const connection of listener) held.push(connection);
   })();
   try {
-    const keys = keySource(
-      createKeyServiceClient({ endpoint: `127.0.0.1:${listener.addr.port}`, timeoutMs: 300 }),
-    );
+    using client = createKeyServiceClient({ endpoint: `127.0.0.1:${listener.addr.port}`, timeoutMs: 300 });
+    const keys = keySource(client);
     const error = await expectUnavailable(keys.getDataKey("measurementSecret", 32, {}));
     assert.match(error.message, /^key service unavailable: /);
   } finally {
@@ -36,6 +35,7 @@ Deno.test("a key service that refuses connections is unavailable to the join ser
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = listener.addr.port;
   listener.close();
-  const keys = keySource(createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 2000 }));
+  using client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 2000 });
+  const keys = keySource(client);
   await expectUnavailable(keys.getDataKey("measurementSecret", 32, {}));
 });

@@ -1,6 +1,16 @@
 import assert from "node:assert/strict";
 import { KEY_SERVICE_USAGE, parseKeyServiceFlags } from "../../src/keyservice/flags.ts";
 import { UsageError } from "../../src/flags/flags.ts";
+import { DEFAULT_CONNECTION_LIMITS } from "../../src/rpc/limits.ts";
+
+/** The limits the flags give when none is set. */
+const DEFAULT_LIMITS = {
+  maxConnections: DEFAULT_CONNECTION_LIMITS.maxConnections,
+  maxConnectionsPerPeer: DEFAULT_CONNECTION_LIMITS.maxConnectionsPerPeer,
+  maxConcurrentStreams: DEFAULT_CONNECTION_LIMITS.maxConcurrentStreams,
+  idleTimeoutMs: DEFAULT_CONNECTION_LIMITS.idleTimeoutMs,
+  requestTimeoutMs: DEFAULT_CONNECTION_LIMITS.requestTimeoutMs,
+};
 
 Deno.test("parseKeyServiceFlags() defaults to the original's settings", () => {
   assert.deepEqual(parseKeyServiceFlags([]), {
@@ -9,6 +19,7 @@ Deno.test("parseKeyServiceFlags() defaults to the original's settings", () => {
     masterSecretPath: "/var/config/mastersecret",
     saltPath: "/var/config/salt",
     logLevel: "info",
+    limits: DEFAULT_LIMITS,
   });
 });
 
@@ -24,7 +35,14 @@ Deno.test("parseKeyServiceFlags() reads every flag, in both --flag value and --f
       "--log-level",
       "debug",
     ]),
-    { port: 0, listenAddress: "::1", masterSecretPath: "/tmp/m", saltPath: "/tmp/s", logLevel: "debug" },
+    {
+      port: 0,
+      listenAddress: "::1",
+      masterSecretPath: "/tmp/m",
+      saltPath: "/tmp/s",
+      logLevel: "debug",
+      limits: DEFAULT_LIMITS,
+    },
   );
   assert.equal(parseKeyServiceFlags(["--help"]), "help");
   assert.match(KEY_SERVICE_USAGE, /--master-secret <file>/);

@@ -1,12 +1,8 @@
 import assert from "node:assert/strict";
 import { Code, createClient } from "@connectrpc/connect";
-import {
-  createConnectTransport,
-  createGrpcWebTransport,
-  Http2SessionManager,
-} from "@connectrpc/connect-node";
 import { API } from "../../src/gen/kms/kms_pb.ts";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
+import { connectRpc } from "../../src/rpc/client.ts";
 import type { DataKeySource } from "../../src/keyservice/server.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { HKDF_FF, HKDF_ZERO } from "../kms/vectors.ts";
@@ -18,13 +14,13 @@ const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
 
 Deno.test('GetDataKey derives HKDF(master, salt, "key-" + id, length) over gRPC', async () => {
   await withKeyService(zeroKms(), async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint, timeoutMs: 5000 });
+    using client = createKeyServiceClient({ endpoint, timeoutMs: 5000 });
     assert.equal((await client.getDataKey(ZERO_UUID, 32)).toHex(), HKDF_ZERO.output);
     assert.equal((await client.getDataKey(ZERO_UUID, 8160)).length, 8160);
     assert.equal((await client.getDataKey(ZERO_UUID, 1)).length, 1);
   });
   await withKeyService(new ClusterKms(HKDF_FF.secret, HKDF_FF.salt), async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     assert.equal(
       (await client.getDataKey("ffffffff-ffff-ffff-ffff-ffffffffffff", 32)).toHex(),
       HKDF_FF.output,
@@ -36,7 +32,7 @@ Deno.test('GetDataKey derives HKDF(master, salt, "key-" + id, length) over gRPC'
 
 Deno.test("GetDataKey checks length zero, then the ID, then the maximum length", async () => {
   await withKeyService(zeroKms(), async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     await expectConnectError(
       client.getDataKey(ZERO_UUID, 0),
       Code.InvalidArgument,
@@ -62,20 +58,16 @@ Deno.test("GetDataKey checks length zero, then the ID, then the maximum length",
 Deno.test("GetDataKey answers over the Connect protocol and gRPC-Web on the same port", async () => {
   await withKeyService(zeroKms(), async (endpoint) => {
     const baseUrl = `http://${endpoint}`;
-    for (const createTransport of [createConnectTransport, createGrpcWebTransport]) {
-      const sessionManager = new Http2SessionManager(baseUrl);
-      try {
-        const client = createClient(API, createTransport({ baseUrl, httpVersion: "2", sessionManager }));
-        const response = await client.getDataKey({ dataKeyId: ZERO_UUID, length: 32 });
-        assert.equal(response.dataKey.toHex(), HKDF_ZERO.output);
-        await expectConnectError(
-          client.getDataKey({ dataKeyId: "", length: 32 }),
-          Code.InvalidArgument,
-          "no data key ID specified",
-        );
-      } finally {
-        sessionManager.abort();
-      }
+    for (const protocol of ["connect", "grpc-web"] as const) {
+      using connection = connectRpc({ baseUrl, protocol });
+      const client = createClient(API, connection.transport);
+      const response = await client.getDataKey({ dataKeyId: ZERO_UUID, length: 32 });
+      assert.equal(response.dataKey.toHex(), HKDF_ZERO.output);
+      await expectConnectError(
+        client.getDataKey({ dataKeyId: "", length: 32 }),
+        Code.InvalidArgument,
+        "no data key ID specified",
+      );
     }
   });
 });
@@ -83,7 +75,7 @@ Deno.test("GetDataKey answers over the Connect protocol and gRPC-Web on the same
 Deno.test("GetDataKey turns a KMS failure into Internal with its message", async () => {
   const failing: DataKeySource = { getDek: () => Promise.reject(new Error("kms unavailable")) };
   await withKeyService(failing, async (endpoint, logs) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     await expectConnectError(client.getDataKey(ZERO_UUID, 32), Code.Internal, "kms unavailable");
     assert.ok(logs.some((line) => line.includes('"level":"error"') && line.includes("kms unavailable")));
   });
@@ -91,7 +83,7 @@ Deno.test("GetDataKey turns a KMS failure into Internal with its message", async
 
 Deno.test("GetDataKey logs the key ID and length at debug, never the key", async () => {
   await withKeyService(zeroKms(), async (endpoint, logs) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     const key = await client.getDataKey(ZERO_UUID, 32);
     await client.getDataKey("x".repeat(10_000), 32);
     const entries = logs.map((line) => JSON.parse(line));

@@ -22,7 +22,6 @@
  */
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { type Client, createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { runLoadingTpmTool } from "../../src/attestation/tpm/tools.ts";
@@ -59,6 +58,7 @@ import {
   stateDiskKeyId,
 } from "../../src/kms/keys.ts";
 import { silentLogger } from "../../src/log/logger.ts";
+import { connectRpc } from "../../src/rpc/client.ts";
 import { encodePem } from "../../src/x509/pem.ts";
 import * as x509 from "../../src/x509/x509.ts";
 import {
@@ -604,8 +604,8 @@ async function joinServiceProcess(args: string[], caPem: string): Promise<JoinSe
   const process = await startService("deno", args, { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT });
   const listening = JSON.parse(process.stderrLines.find((line) => JOIN_SERVICE_LISTENING.test(line))!);
   const url = `https://127.0.0.1:${process.port}`;
-  const sessionManager = new Http2SessionManager(url, {}, { ca: caPem });
-  const client = createClient(API, createGrpcTransport({ baseUrl: url, sessionManager }));
+  const connection = connectRpc({ baseUrl: url, caCerts: [caPem] });
+  const client = createClient(API, connection.transport);
   let stopped: Promise<Deno.CommandStatus> | undefined;
   // A join service that dies by itself fails every later call: say why, once, where the test output shows it.
   process.status.then((status) => {
@@ -623,7 +623,7 @@ async function joinServiceProcess(args: string[], caPem: string): Promise<JoinSe
     process,
     stop(signal?: Deno.Signal) {
       stopped ??= (async () => {
-        sessionManager.abort();
+        connection.close();
         return await process.stop(signal);
       })();
       return stopped;

@@ -7,7 +7,7 @@
  * 1. the document parses (see `document.ts` for its shape): "malformed"
  *    (or "wrong-variant" for another variant's document);
  * 2. the attestation key claims to be a restricted signing key fixed to its
- *    TPM (objectAttributes sign, restricted, fixedTPM) and is trusted:
+ *    TPM (objectAttributes sign, restricted, fixedTpm) and is trusted:
  *    "untrusted-key" (see "AK trust" below for what this proves);
  * 3. the signature is a valid SHA-256 ECDSA/RSASSA signature over the whole
  *    quote (`TPMS_ATTEST`): "signature-invalid";
