@@ -30,27 +30,35 @@ function writesSince(cluster: JoinCluster, from: number): [string, string, numbe
 }
 
 /**
- * A TCP proxy to 127.0.0.1:`port` that holds every new connection for
- * `delayMs` before connecting it through: a slow key service.
+ * A TCP proxy to 127.0.0.1:`port` that holds every chunk the key service
+ * sends back for `delayMs` (in order): a slow key service, for every call,
+ * also on the one connection its client keeps.
  */
 function startDelayingProxy(port: number, delayMs: number): { port: number } & AsyncDisposable {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const connections = new Set<Deno.Conn>();
-  const timers = new Set<ReturnType<typeof setTimeout>>();
+  const closing = new AbortController();
+  const later = () =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, delayMs);
+      closing.signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        resolve();
+      }, { once: true });
+    });
   const relay = async (downstream: Deno.Conn) => {
     connections.add(downstream);
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        resolve();
-      }, delayMs);
-      timers.add(timer);
-    });
     const upstream = await Deno.connect({ hostname: "127.0.0.1", port });
     connections.add(upstream);
+    const delayed = new TransformStream<Uint8Array, Uint8Array>({
+      async transform(chunk, controller) {
+        await later();
+        controller.enqueue(chunk);
+      },
+    });
     await Promise.all([
       downstream.readable.pipeTo(upstream.writable).catch(() => {}),
-      upstream.readable.pipeTo(downstream.writable).catch(() => {}),
+      upstream.readable.pipeThrough(delayed).pipeTo(downstream.writable).catch(() => {}),
     ]);
   };
   const accepting = (async () => {
@@ -60,8 +68,8 @@ function startDelayingProxy(port: number, delayMs: number): { port: number } & A
     port: (listener.addr as Deno.NetAddr).port,
     async [Symbol.asyncDispose]() {
       listener.close();
+      closing.abort();
       await accepting;
-      for (const timer of timers) clearTimeout(timer);
       for (const connection of connections) {
         try {
           connection.close();
@@ -233,7 +241,7 @@ Deno.test("the join service process survives outages of the key service and the 
   });
 
   await t.step("a node that gives up does not fail the others waiting for the same key", async () => {
-    // Every key service call takes 700 ms; the first caller's deadline runs out while it waits.
+    // Every key service answer takes 700 ms; the first caller's deadline runs out while it waits.
     await using proxy = startDelayingProxy(cluster.keyService.port, 700);
     const slow = await cluster.startJoinService({
       flags: ["--key-service-endpoint", `127.0.0.1:${proxy.port}`],
