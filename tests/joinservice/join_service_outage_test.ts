@@ -36,8 +36,8 @@ function writesSince(cluster: JoinCluster, from: number): [string, string, numbe
 }
 
 /**
- * A TCP proxy to 127.0.0.1:`port` that holds every new connection for
- * `delayMs` before connecting it through: a slow key service.
+ * A TCP proxy to 127.0.0.1:`port` that delivers everything the key service
+ * sends `delayMs` late: a slow key service, on new and kept connections alike.
  */
 function startDelayingProxy(port: number, delayMs: number): { port: number } & AsyncDisposable {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -45,18 +45,23 @@ function startDelayingProxy(port: number, delayMs: number): { port: number } & A
   const timers = new Set<ReturnType<typeof setTimeout>>();
   const relay = async (downstream: Deno.Conn) => {
     connections.add(downstream);
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        resolve();
-      }, delayMs);
-      timers.add(timer);
-    });
     const upstream = await Deno.connect({ hostname: "127.0.0.1", port });
     connections.add(upstream);
+    // Every chunk from the key service arrives `delayMs` late, so every call on a kept connection is slow.
+    const late = new TransformStream<Uint8Array, Uint8Array>({
+      transform: (chunk, controller) =>
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(() => {
+            timers.delete(timer);
+            controller.enqueue(chunk);
+            resolve();
+          }, delayMs);
+          timers.add(timer);
+        }),
+    });
     await Promise.all([
       downstream.readable.pipeTo(upstream.writable).catch(() => {}),
-      upstream.readable.pipeTo(downstream.writable).catch(() => {}),
+      upstream.readable.pipeThrough(late).pipeTo(downstream.writable).catch(() => {}),
     ]);
   };
   const accepting = (async () => {
