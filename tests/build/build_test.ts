@@ -93,8 +93,8 @@ Deno.test("the built services run under exactly their permission sets", async (t
     timeoutMs: 120_000,
   });
   assert.equal(build.code, 0, build.stderrLines.join("\n"));
-  assert.match(build.stdoutLines.join("\n"), /^built dist\/key-service\.js \(\d+ KiB, deno bundle\)$/m);
-  assert.match(build.stdoutLines.join("\n"), /^built dist\/join-service\.js \(\d+ KiB, deno bundle\)$/m);
+  assert.match(build.stdoutLines.join("\n"), /^built dist\/key-service\.js \(\d+ KiB, esbuild\)$/m);
+  assert.match(build.stdoutLines.join("\n"), /^built dist\/join-service\.js \(\d+ KiB, esbuild\)$/m);
   const launcher = await Deno.readTextFile(LAUNCHER);
   assert.ok(
     launcher.includes("--allow-read=/var/config '--allow-net=0.0.0.0,127.0.0.1,localhost,[::],[::1]'"),
