@@ -178,7 +178,11 @@ export async function buildComponent(root: string, config: unknown, component: C
   await run("esbuild", [component.entry, ...ESBUILD_FLAGS, `--outfile=${out}.js`], root);
   if (Deno.env.get("DENORT_BIN")) {
     // Compiling the bundle, not the entry, embeds one file instead of all of node_modules.
-    await run("deno", ["compile", "--quiet", "--no-config", "--no-prompt", ...flags, "-o", out, `${out}.js`], root);
+    await run(
+      "deno",
+      ["compile", "--quiet", "--no-config", "--no-prompt", ...flags, "-o", out, `${out}.js`],
+      root,
+    );
     await Deno.remove(`${root}/${out}.js`);
     return [
       `${out} (${formatSize((await Deno.stat(`${root}/${out}`)).size)}, deno compile: ${flags.join(" ")})`,
