@@ -4,7 +4,14 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
-import { parseFlags, parsePort, parsePositive, UsageError } from "../flags/flags.ts";
+import {
+  parseEndpointFlag,
+  parseFlags,
+  parseListenAddress,
+  parsePort,
+  parsePositive,
+  UsageError,
+} from "../flags/flags.ts";
 
 /** The join service's settings. */
 export interface JoinServiceFlags {
@@ -121,14 +128,16 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   if (endpoint && metadataUrl) {
     throw new UsageError("give only one of --api-server-endpoint and --metadata-url");
   }
-  if (endpoint && !/^[^\s/]+:\d{1,5}$/.test(endpoint)) {
-    throw new UsageError(`invalid --api-server-endpoint "${endpoint}": want host:port`);
-  }
+  if (endpoint) parseEndpointFlag(endpoint, "--api-server-endpoint", "10.0.0.1:6443");
   if (metadataUrl && !URL.canParse(metadataUrl)) {
     throw new UsageError(`invalid --metadata-url "${metadataUrl}"`);
   }
-  if (!values["tls-cert"] !== !values["tls-key"]) {
-    throw new UsageError("--tls-cert and --tls-key go together");
+  for (const [given, missing] of [["tls-cert", "tls-key"], ["tls-key", "tls-cert"]] as const) {
+    if (values[given] && !values[missing]) {
+      throw new UsageError(
+        `--${given} needs --${missing} (give both, or neither for a self-signed certificate)`,
+      );
+    }
   }
 
   let logLevel: LogLevel;
@@ -144,10 +153,14 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   };
   return {
     port: parsePort(values.port),
-    listenAddress: values["listen-address"],
+    listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
     metricsPort: parsePort(values["metrics-port"], "--metrics-port"),
-    metricsAddress: values["metrics-address"],
-    keyServiceEndpoint: keyService,
+    metricsAddress: parseListenAddress(values["metrics-address"], "--metrics-address"),
+    keyServiceEndpoint: parseEndpointFlag(
+      keyService,
+      "--key-service-endpoint",
+      "key-service.kube-system:9000",
+    ),
     attestationVariant: variant,
     configDir: values["config-dir"],
     kubernetesDir: values["kubernetes-dir"],

@@ -4,7 +4,7 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
-import { parseFlags, parsePort, UsageError } from "../flags/flags.ts";
+import { parseFlags, parseListenAddress, parsePort, UsageError } from "../flags/flags.ts";
 
 /** The key service's settings. */
 export interface KeyServiceFlags {
@@ -38,7 +38,7 @@ Flags:
  * Parses the command line. Returns "help" when `--help` is given.
  *
  * @throws {UsageError} for an unknown flag, a positional argument, a missing
- * flag value, a bad port or a bad log level.
+ * flag value, a bad port, listen address or log level.
  */
 export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
   const values = parseFlags(args, {
@@ -56,12 +56,12 @@ export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  for (const name of ["listen-address", "master-secret", "salt"] as const) {
+  for (const name of ["master-secret", "salt"] as const) {
     if (values[name] === "") throw new UsageError(`--${name} must not be empty`);
   }
   return {
     port: parsePort(values.port),
-    listenAddress: values["listen-address"],
+    listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
     masterSecretPath: values["master-secret"],
     saltPath: values.salt,
     logLevel,
