@@ -145,18 +145,15 @@ Deno.test("the built services run under exactly their permission sets", async (t
     CONFIG_DIR,
   );
   const outside = await writeSecrets({ masterSecret: new Uint8Array(32), salt: new Uint8Array(32) });
+  /** The built key service on a free loopback port, with the secrets under /var/config. */
+  const startBuiltKeyService = () =>
+    startService(LAUNCHER, [
+      ...["--port", "0", "--listen-address", "127.0.0.1"],
+      ...["--master-secret", inside.masterSecretPath, "--salt", inside.saltPath],
+    ], { readyMatch: KEY_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
   try {
     await t.step("it serves the HKDFZero key from secrets under /var/config", async () => {
-      const service = await startService(LAUNCHER, [
-        "--port",
-        "0",
-        "--listen-address",
-        "127.0.0.1",
-        "--master-secret",
-        inside.masterSecretPath,
-        "--salt",
-        inside.saltPath,
-      ], { readyMatch: KEY_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
+      const service = await startBuiltKeyService();
       try {
         const client = createKeyServiceClient({ endpoint: `127.0.0.1:${service.port}`, timeoutMs: 5000 });
         assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
@@ -205,16 +202,7 @@ Deno.test("the built services run under exactly their permission sets", async (t
 
     await t.step("the join service serves join.API from inputs inside its permissions", async () => {
       const dir = await Deno.makeTempDir({ dir: CONFIG_DIR, prefix: "join-service-test-" });
-      const keyService = await startService(LAUNCHER, [
-        "--port",
-        "0",
-        "--listen-address",
-        "127.0.0.1",
-        "--master-secret",
-        inside.masterSecretPath,
-        "--salt",
-        inside.saltPath,
-      ], { readyMatch: KEY_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
+      const keyService = await startBuiltKeyService();
       try {
         await writeJoinServiceInputs(dir);
         const joinService = await startService(JOIN_SERVICE_LAUNCHER, [
