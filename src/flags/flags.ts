@@ -73,6 +73,13 @@ export function parsePositive(value: string, flag: string): number {
   return number;
 }
 
+/** Parses a positive whole number (e.g. a count). */
+export function parseCount(value: string, flag: string): number {
+  const number = parsePositive(value, flag);
+  if (!Number.isInteger(number)) throw new UsageError(`invalid ${flag} "${value}": want a whole number`);
+  return number;
+}
+
 /**
  * Parses an address to listen on: an IPv4 or IPv6 address (binding needs an
  * address; a host name is refused rather than resolved).

@@ -5,6 +5,7 @@
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
 import {
+  parseCount,
   parseEndpointFlag,
   parseFlags,
   parseListenAddress,
@@ -12,6 +13,12 @@ import {
   parsePositive,
   UsageError,
 } from "../flags/flags.ts";
+import {
+  CONNECTION_LIMIT_OPTIONS,
+  CONNECTION_LIMITS_USAGE,
+  parseConnectionLimits,
+} from "../flags/connection_limits.ts";
+import type { ConnectionLimits } from "../rpc/limits.ts";
 
 /** The join service's settings. */
 export interface JoinServiceFlags {
@@ -44,6 +51,8 @@ export interface JoinServiceFlags {
   verifyQueue: number;
   nonceLifetimeMs: number;
   logLevel: LogLevel;
+  /** Connection limits of the join.API listener given on the command line. */
+  limits: Partial<ConnectionLimits>;
 }
 
 /** Usage text for `--help`. */
@@ -78,7 +87,9 @@ Flags:
                                    every replica: replicas accept each other's challenges
   --log-level <level>              debug, info, warn or error (default info)
   --help                           show this help
-`;
+
+Connection limits of the join.API port:
+${CONNECTION_LIMITS_USAGE}`;
 
 /**
  * Parses the command line. Returns "help" when `--help` is given.
@@ -109,6 +120,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     "nonce-lifetime": { type: "string", default: "120" },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
+    ...CONNECTION_LIMIT_OPTIONS,
   }, "join service");
   if (values.help) return "help";
 
@@ -146,11 +158,6 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  const whole = (flag: string, value: string) => {
-    const n = parsePositive(value, flag);
-    if (!Number.isInteger(n)) throw new UsageError(`invalid ${flag} "${value}": want a whole number`);
-    return n;
-  };
   return {
     port: parsePort(values.port),
     listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
@@ -170,13 +177,14 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     tlsCert: values["tls-cert"],
     tlsKey: values["tls-key"],
     ratePerPeer: parsePositive(values["rate-per-peer"], "--rate-per-peer"),
-    burstPerPeer: whole("--burst-per-peer", values["burst-per-peer"]),
+    burstPerPeer: parseCount(values["burst-per-peer"], "--burst-per-peer"),
     rateGlobal: parsePositive(values["rate-global"], "--rate-global"),
-    burstGlobal: whole("--burst-global", values["burst-global"]),
-    verifyConcurrency: whole("--verify-concurrency", values["verify-concurrency"]),
-    verifyQueue: whole("--verify-queue", values["verify-queue"]),
+    burstGlobal: parseCount(values["burst-global"], "--burst-global"),
+    verifyConcurrency: parseCount(values["verify-concurrency"], "--verify-concurrency"),
+    verifyQueue: parseCount(values["verify-queue"], "--verify-queue"),
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
     logLevel,
+    limits: parseConnectionLimits(values),
   };
 }
 

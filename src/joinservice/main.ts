@@ -146,7 +146,8 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
   await cluster.discoveryTokenCaCertHash({});
   await kubeletCa.checkCa();
 
-  const keys = keySource(createKeyServiceClient({ endpoint: flags.keyServiceEndpoint }));
+  const keyService = createKeyServiceClient({ endpoint: flags.keyServiceEndpoint });
+  const keys = keySource(keyService);
   const watcher = await AttestationConfigWatcher.start({
     path: `${flags.configDir}/attestationConfig`,
     variant: flags.attestationVariant,
@@ -207,6 +208,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     port: flags.port,
     tls,
     readMaxBytes: READ_MAX_BYTES,
+    limits: flags.limits,
     httpHandler: (req, res) => {
       if (req.method !== "GET" || req.url !== "/healthz") return false;
       res.writeHead(200, { "content-type": "text/plain" });
@@ -222,6 +224,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
       await metricsServer.close();
       await watcher.close();
       client.close();
+      keyService.close();
     },
   };
 }

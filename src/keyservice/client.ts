@@ -3,18 +3,16 @@
  * components, over gRPC on plaintext HTTP/2 (h2c; the key service is
  * cluster-internal).
  *
- * Like the original, every call opens its own connection and closes it when
- * the call ends, so an idle client holds nothing open and needs no closing.
- * (A shared HTTP/2 session would save ~0.5 ms per call on loopback, but
- * with Deno 2.9.6's node:http2 a GOAWAY on a reused client session was seen
- * to abort the whole process in nghttp2's `find_stream_on_goaway_func`.)
+ * A client keeps one HTTP/2 connection to the key service, reused by every
+ * call and reopened when it drops (`src/rpc/client.ts`); it is closed after
+ * a minute without calls, or by `close()`.
  *
  * @module
  */
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { API } from "../gen/kms/kms_pb.ts";
 import { parseEndpoint } from "../net/endpoint.ts";
+import { connectRpc } from "../rpc/client.ts";
 
 /** Options for {@linkcode createKeyServiceClient}. */
 export interface KeyServiceClientOptions {
@@ -30,8 +28,8 @@ export interface GetDataKeyOptions {
   signal?: AbortSignal;
 }
 
-/** A key service client. */
-export interface KeyServiceClient {
+/** A key service client; dispose of it (or `close()` it) when done. */
+export interface KeyServiceClient extends Disposable {
   /**
    * Returns the data key for `keyID` (without the "key-" prefix, which the
    * key service adds) of `length` bytes.
@@ -41,6 +39,8 @@ export interface KeyServiceClient {
    * {@linkcode isRetryableKeyServiceError}); InvalidArgument is not.
    */
   getDataKey(keyID: string, length: number, options?: GetDataKeyOptions): Promise<Uint8Array>;
+  /** Closes the client's connection; a later call opens a new one. */
+  close(): void;
 }
 
 /** Default per-call deadline. */
@@ -54,26 +54,24 @@ export const DEFAULT_KEY_SERVICE_TIMEOUT_MS = 10_000;
 export function createKeyServiceClient(options: KeyServiceClientOptions): KeyServiceClient {
   const baseUrl = endpointUrl(options.endpoint);
   const timeoutMs = options.timeoutMs ?? DEFAULT_KEY_SERVICE_TIMEOUT_MS;
+  const connection = connectRpc({ baseUrl });
+  const client = createClient(API, connection.transport);
   return {
     async getDataKey(keyID, length, callOptions = {}) {
-      const sessionManager = new Http2SessionManager(baseUrl);
-      try {
-        const client = createClient(API, createGrpcTransport({ baseUrl, sessionManager }));
-        const response = await client.getDataKey(
-          { dataKeyId: keyID, length },
-          { timeoutMs, signal: callOptions.signal },
+      const response = await client.getDataKey(
+        { dataKeyId: keyID, length },
+        { timeoutMs, signal: callOptions.signal },
+      );
+      if (response.dataKey.length !== length) {
+        throw new ConnectError(
+          `key service returned ${response.dataKey.length} bytes, want ${length}`,
+          Code.Internal,
         );
-        if (response.dataKey.length !== length) {
-          throw new ConnectError(
-            `key service returned ${response.dataKey.length} bytes, want ${length}`,
-            Code.Internal,
-          );
-        }
-        return response.dataKey;
-      } finally {
-        sessionManager.abort();
       }
+      return response.dataKey;
     },
+    close: connection.close,
+    [Symbol.dispose]: connection.close,
   };
 }
 

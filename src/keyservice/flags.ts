@@ -5,6 +5,12 @@
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
 import { parseFlags, parseListenAddress, parsePort, UsageError } from "../flags/flags.ts";
+import {
+  CONNECTION_LIMIT_OPTIONS,
+  CONNECTION_LIMITS_USAGE,
+  parseConnectionLimits,
+} from "../flags/connection_limits.ts";
+import type { ConnectionLimits } from "../rpc/limits.ts";
 
 /** The key service's settings. */
 export interface KeyServiceFlags {
@@ -17,6 +23,8 @@ export interface KeyServiceFlags {
   /** Address to bind. */
   listenAddress: string;
   logLevel: LogLevel;
+  /** Connection limits given on the command line. */
+  limits: Partial<ConnectionLimits>;
 }
 
 /** Usage text for `--help`. */
@@ -32,7 +40,9 @@ Flags:
   --salt <file>             salt file, at least 32 bytes (default /var/config/salt)
   --log-level <level>       debug, info, warn or error (default info)
   --help                    show this help
-`;
+
+Connection limits:
+${CONNECTION_LIMITS_USAGE}`;
 
 /**
  * Parses the command line. Returns "help" when `--help` is given.
@@ -48,6 +58,7 @@ export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
     salt: { type: "string", default: "/var/config/salt" },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
+    ...CONNECTION_LIMIT_OPTIONS,
   }, "key service");
   if (values.help) return "help";
   let logLevel: LogLevel;
@@ -65,5 +76,6 @@ export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
     masterSecretPath: values["master-secret"],
     saltPath: values.salt,
     logLevel,
+    limits: parseConnectionLimits(values),
   };
 }

@@ -41,6 +41,9 @@ import { KEY_SERVICE_USAGE, parseKeyServiceFlags } from "./flags.ts";
 import { readSecretFile } from "../secrets/secret_file.ts";
 import { keyServiceRoutes } from "./server.ts";
 
+/** Largest request message accepted: a data key ID and a length. */
+const READ_MAX_BYTES = 4096;
+
 /** Exit status of a startup failure. */
 const EXIT_FAILURE = 1;
 
@@ -73,6 +76,8 @@ export async function main(args: string[]): Promise<number> {
       routes: keyServiceRoutes({ kms, logger }),
       hostname: flags.listenAddress,
       port: flags.port,
+      readMaxBytes: READ_MAX_BYTES,
+      limits: flags.limits,
     });
   } catch (err) {
     logger.error(`cannot start: ${(err as Error).message.split("\n")[0]}`);

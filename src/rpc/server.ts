@@ -1,7 +1,11 @@
 /**
  * One port serving gRPC, gRPC-Web and the Connect protocol, over TLS
- * (HTTP/2 and HTTP/1.1 through ALPN) or plaintext HTTP/2 (h2c), with
- * graceful shutdown: stop accepting, let in-flight calls finish, then close.
+ * (HTTP/2 and HTTP/1.1 through ALPN) or plaintext HTTP/2 (h2c), built to
+ * survive hostile peers: the runtime's session teardown is guarded
+ * (`http2_guard.ts`), and connections, streams, buffered request bytes,
+ * header sizes and time are bounded ({@linkcode ConnectionLimits}).
+ * Shutdown is graceful: stop accepting, let in-flight calls finish, then
+ * close.
  *
  * @module
  */
@@ -13,13 +17,10 @@ import {
   createContextValues,
   type Interceptor,
 } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { guardHttp2Teardown } from "./http2_guard.ts";
+import { createRpcHandler, type RpcRequest, type RpcResponse } from "./handler.ts";
+import { type ConnectionLimits, DEFAULT_CONNECTION_LIMITS, IDLE_CLOSE_GRACE_MS } from "./limits.ts";
 import { peerAddressKey } from "./peer.ts";
-
-/** How long a client may take for its TLS handshake. */
-const HANDSHAKE_TIMEOUT_MS = 10_000;
-/** How long an idle connection may take to close after its GOAWAY before it is destroyed. */
-const IDLE_CLOSE_GRACE_MS = 10_000;
 
 /** TLS material for {@linkcode serveRpc}. */
 export interface TlsOptions {
@@ -41,21 +42,16 @@ export interface ServeRpcOptions {
   tls?: TlsOptions;
   /** Interceptors applied to every call. */
   interceptors?: Interceptor[];
-  /** Largest accepted request message in bytes; default 4 MiB as grpc-go. */
+  /** Largest accepted request message in bytes; default 64 KiB. */
   readMaxBytes?: number;
   /** Per-request context values; the peer address ({@linkcode peerAddressKey}) is always set. */
-  contextValues?: (req: http2.Http2ServerRequest) => ContextValues;
-  /** Most connections open at once; more are refused. Default 4096. */
-  maxConnections?: number;
-  /** Most connections open at once from one address; more are closed at once. Default 64. */
-  maxConnectionsPerPeer?: number;
-  /**
-   * A connection idle this long is closed (GOAWAY), and destroyed if it has
-   * not closed 10 s later. Default 120 s.
-   */
-  idleTimeoutMs?: number;
+  contextValues?: (req: RpcRequest) => ContextValues;
+  /** Bounds on what clients may hold; each one defaults to {@linkcode DEFAULT_CONNECTION_LIMITS}. */
+  limits?: Partial<ConnectionLimits>;
   /** Extra plain-HTTP handler tried before the RPC routes (e.g. /healthz); return true if handled. */
-  httpHandler?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => boolean;
+  httpHandler?: (req: RpcRequest, res: RpcResponse) => boolean;
+  /** Called when a response could not be delivered for a reason other than the client going away. */
+  onResponseError?: (error: unknown) => void;
 }
 
 /** A running RPC server. */
@@ -69,65 +65,63 @@ export interface RpcServer {
   shutdown(graceMs?: number): Promise<void>;
 }
 
+/** Default largest request message. */
+const DEFAULT_READ_MAX_BYTES = 64 * 1024;
+
 /** Starts an RPC server; resolves once it listens. */
 export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
   await checkListenPermission(options.hostname, options.port);
-  const adapter = connectNodeAdapter({
+  guardHttp2Teardown();
+  const limits: ConnectionLimits = { ...DEFAULT_CONNECTION_LIMITS, ...options.limits };
+  const rpcHandler = createRpcHandler({
     routes: options.routes,
     interceptors: options.interceptors,
-    readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,
-    // Every request here is an Http2ServerRequest: both server kinds below are node:http2's.
+    readMaxBytes: options.readMaxBytes ?? DEFAULT_READ_MAX_BYTES,
     contextValues: (req) => {
-      const values = options.contextValues?.(req as http2.Http2ServerRequest) ?? createContextValues();
+      const values = options.contextValues?.(req) ?? createContextValues();
       return values.set(peerAddressKey, req.socket?.remoteAddress ?? "unknown");
     },
+    maxRequestBytesPerConnection: limits.maxRequestBytesPerConnection,
+    maxRequestBytesInFlight: limits.maxRequestBytesInFlight,
+    requestTimeoutMs: limits.requestTimeoutMs,
+    onResponseError: options.onResponseError,
   });
-  const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+  const handler = (req: RpcRequest, res: RpcResponse) => {
     if (options.httpHandler?.(req, res)) return;
-    adapter(req, res);
+    rpcHandler(req, res);
+  };
+  const http2Options: http2.ServerOptions = {
+    settings: {
+      maxConcurrentStreams: limits.maxConcurrentStreams,
+      maxHeaderListSize: limits.maxHeaderListBytes,
+    },
+    maxSessionRejectedStreams: 100,
+    maxSessionInvalidFrames: 100,
   };
   const server: http2.Http2Server | http2.Http2SecureServer = options.tls
     ? http2.createSecureServer(
       {
+        ...http2Options,
         cert: options.tls.cert,
         key: options.tls.key,
         allowHTTP1: true,
-        handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+        handshakeTimeout: limits.handshakeTimeoutMs,
       },
       handler,
     )
-    : http2.createServer({}, handler);
+    : http2.createServer(http2Options, handler);
 
-  // Bounds on what unauthenticated peers can hold open: connections overall and per address, a TLS
-  // handshake deadline, and idle connections closed (and destroyed if they ignore the GOAWAY).
-  server.maxConnections = options.maxConnections ?? 4096;
-  const maxPerPeer = options.maxConnectionsPerPeer ?? 64;
-  const perPeer = new Map<string, number>();
-  server.on("connection", (socket: Socket) => {
-    const peer = socket.remoteAddress ?? "unknown";
-    const open = (perPeer.get(peer) ?? 0) + 1;
-    if (open > maxPerPeer) {
-      socket.destroy();
-      return;
-    }
-    perPeer.set(peer, open);
-    socket.once("close", () => {
-      const left = (perPeer.get(peer) ?? 1) - 1;
-      if (left > 0) perPeer.set(peer, left);
-      else perPeer.delete(peer);
-    });
-  });
-  const idleTimeoutMs = options.idleTimeoutMs ?? 120_000;
+  server.maxConnections = limits.maxConnections;
+  const connections = new Connections(server, limits.maxConnectionsPerPeer);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session: http2.ServerHttp2Session) => {
     sessions.add(session);
-    session.setTimeout(idleTimeoutMs, () => {
-      session.close();
-      const force = setTimeout(() => session.destroy(), IDLE_CLOSE_GRACE_MS);
-      session.once("close", () => clearTimeout(force));
-    });
-    session.on("close", () => sessions.delete(session));
+    session.once("close", () => sessions.delete(session));
     session.on("error", () => {});
+    const socket = connections.socketOf(session);
+    if (socket) closeWhenIdle(session, socket, limits.idleTimeoutMs);
+    else session.destroy(); // its connection is already gone
+    closeOnResetFlood(session);
   });
   server.on("sessionError", () => {});
 
@@ -157,6 +151,100 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
       await closed;
     },
   };
+}
+
+/**
+ * The server's open TCP connections: closes, at once, every connection
+ * beyond `maxPerPeer` from one peer address, and finds the raw socket under
+ * a session (`session.socket` is a proxy that cannot be destroyed).
+ */
+class Connections {
+  readonly #sockets = new Map<string, Socket>();
+  readonly #perPeer = new Map<string, number>();
+
+  constructor(server: http2.Http2Server | http2.Http2SecureServer, maxPerPeer: number) {
+    // Before the server's own listener, which starts a plaintext session at once.
+    server.prependListener("connection", (socket: Socket) => {
+      const peer = socket.remoteAddress ?? "unknown";
+      const open = (this.#perPeer.get(peer) ?? 0) + 1;
+      if (open > maxPerPeer) {
+        socket.destroy();
+        return;
+      }
+      this.#perPeer.set(peer, open);
+      const key = `${socket.remoteAddress}:${socket.remotePort}`;
+      this.#sockets.set(key, socket);
+      socket.once("close", () => {
+        this.#sockets.delete(key);
+        const left = (this.#perPeer.get(peer) ?? 1) - 1;
+        if (left > 0) this.#perPeer.set(peer, left);
+        else this.#perPeer.delete(peer);
+      });
+    });
+  }
+
+  /** The TCP socket carrying `session`, if it is still open. */
+  socketOf(session: http2.Http2Session): Socket | undefined {
+    return this.#sockets.get(`${session.socket.remoteAddress}:${session.socket.remotePort}`);
+  }
+}
+
+/**
+ * Closes `session` (GOAWAY) once it has had no stream open for `idleMs`, and
+ * destroys its socket if it is still open {@linkcode IDLE_CLOSE_GRACE_MS}
+ * later (a peer that never closes its side would otherwise keep it
+ * half-open). Only calls count as activity: a peer that trickles PINGs,
+ * SETTINGS or an unfinished header block is idle.
+ */
+function closeWhenIdle(session: http2.ServerHttp2Session, socket: Socket, idleMs: number): void {
+  let open = 0;
+  let idle: ReturnType<typeof setTimeout> | undefined;
+  let force: ReturnType<typeof setTimeout> | undefined;
+  const arm = () => {
+    idle = setTimeout(() => {
+      session.close();
+      force = setTimeout(() => socket.destroy(), IDLE_CLOSE_GRACE_MS);
+    }, idleMs);
+  };
+  session.on("stream", (stream: http2.ServerHttp2Stream) => {
+    open++;
+    clearTimeout(idle);
+    stream.once("close", () => {
+      open--;
+      if (open === 0 && !session.closed && !session.destroyed) arm();
+    });
+  });
+  session.once("close", () => clearTimeout(idle));
+  socket.once("close", () => {
+    clearTimeout(idle);
+    clearTimeout(force);
+  });
+  arm();
+}
+
+/** Streams a client may reset within {@linkcode RESET_WINDOW_MS} before its connection is closed. */
+const RESET_LIMIT = 100;
+const RESET_WINDOW_MS = 10_000;
+
+/**
+ * Closes `session` (GOAWAY, calls in flight finish) once its client has
+ * reset {@linkcode RESET_LIMIT} streams within {@linkcode RESET_WINDOW_MS}:
+ * every reset stream has already cost the server a handler ("rapid reset",
+ * CVE-2023-44487). An honest client just opens a new connection.
+ */
+function closeOnResetFlood(session: http2.ServerHttp2Session): void {
+  let windowStart = -Infinity;
+  let resets = 0;
+  session.on("stream", (stream: http2.ServerHttp2Stream) => {
+    stream.once("aborted", () => {
+      const now = performance.now();
+      if (now - windowStart > RESET_WINDOW_MS) {
+        windowStart = now;
+        resets = 0;
+      }
+      if (++resets === RESET_LIMIT) session.close();
+    });
+  });
 }
 
 /**

@@ -19,6 +19,8 @@ import { ChallengeNonces } from "../../src/atls/nonce.ts";
 import { generateKeyPair, seal } from "../../src/atls/hpke.ts";
 import { computeReportData, joinRequestDigest } from "../../src/atls/reportdata.ts";
 import { type PreparedJoinRequest, startJoinCluster } from "../support/join_cluster.ts";
+import { processMemory } from "../support/process_memory.ts";
+import { percentile } from "./stats.ts";
 
 const LEVELS = [
   { concurrency: 1, tickets: 24 },
@@ -89,7 +91,7 @@ for (const level of LEVELS) {
       perSecond.toFixed(1).padStart(10),
       percentile(latencies, 0.5).toFixed(1).padStart(7),
       percentile(latencies, 0.99).toFixed(1).padStart(7),
-      (await peakRssMiB(pid)).toFixed(1).padStart(26),
+      ((await processMemory(pid)).peakRssBytes / 2 ** 20).toFixed(1).padStart(26),
     ].join(" "),
   );
 }
@@ -121,19 +123,6 @@ for (const { concurrency, perSecond } of results) {
       (perSecond / (1000 / floor.totalMs) * 100).toFixed(1)
     }% of the crypto floor`,
   );
-}
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)];
-}
-
-/** Peak resident memory (VmHWM). Deno gates /proc/<pid> behind --allow-all, so `cat` reads it. */
-async function peakRssMiB(processId: number): Promise<number> {
-  const { stdout } = await new Deno.Command("cat", { args: [`/proc/${processId}/status`], clearEnv: true })
-    .output();
-  const status = new TextDecoder().decode(stdout);
-  const kib = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? NaN);
-  return kib / 1024;
 }
 
 /** Mean time of `fn` over `n` runs after a warm-up, in ms. */

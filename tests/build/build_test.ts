@@ -155,7 +155,7 @@ Deno.test("the built services run under exactly their permission sets", async (t
     await t.step("it serves the HKDFZero key from secrets under /var/config", async () => {
       const service = await startBuiltKeyService();
       try {
-        const client = createKeyServiceClient({ endpoint: `127.0.0.1:${service.port}`, timeoutMs: 5000 });
+        using client = createKeyServiceClient({ endpoint: `127.0.0.1:${service.port}`, timeoutMs: 5000 });
         assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
       } finally {
         assert.equal((await service.stop()).code, 0);

@@ -24,7 +24,7 @@ Deno.test("the main job prints its banner once the key service listens, and dele
   const dev = await startService("deno", devArgs(["--port=0"]), { readyMatch: BANNER, cwd: REPO_ROOT });
   try {
     // Called at once, with no retry: the banner promises the service is already up.
-    const client = createKeyServiceClient({ endpoint: `127.0.0.1:${dev.port}`, timeoutMs: 5000 });
+    using client = createKeyServiceClient({ endpoint: `127.0.0.1:${dev.port}`, timeoutMs: 5000 });
     const key = await client.getDataKey("0123abcd-0000-4000-8000-00000000cafe", 32);
     assert.equal(key.length, 32);
 

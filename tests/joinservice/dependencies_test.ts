@@ -10,9 +10,8 @@ Deno.test("a key service that accepts but never answers is Unavailable to the jo
     for await (const connection of listener) held.push(connection);
   })();
   try {
-    const keys = keySource(
-      createKeyServiceClient({ endpoint: `127.0.0.1:${listener.addr.port}`, timeoutMs: 300 }),
-    );
+    using client = createKeyServiceClient({ endpoint: `127.0.0.1:${listener.addr.port}`, timeoutMs: 300 });
+    const keys = keySource(client);
     const error = await keys.getDataKey("measurementSecret", 32, {}).then(() => undefined, (e) => e);
     assert.ok(error instanceof ConnectError);
     assert.equal(Code[error.code], "Unavailable", error.rawMessage);
@@ -28,7 +27,8 @@ Deno.test("a key service that refuses connections is Unavailable to the join ser
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = listener.addr.port;
   listener.close();
-  const keys = keySource(createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 2000 }));
+  using client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 2000 });
+  const keys = keySource(client);
   const error = await keys.getDataKey("measurementSecret", 32, {}).then(() => undefined, (e) => e);
   assert.ok(error instanceof ConnectError);
   assert.equal(Code[error.code], "Unavailable", error.rawMessage);

@@ -49,6 +49,11 @@ Deno.test("parseJoinServiceFlags() says what is wrong with a negative number, fo
     "--verify-concurrency": "want a positive number",
     "--verify-queue": "want a positive number",
     "--nonce-lifetime": "want a positive number",
+    "--max-connections": "want a positive number",
+    "--max-connections-per-peer": "want a positive number",
+    "--max-streams-per-connection": "want a positive number",
+    "--idle-timeout": "want a positive number",
+    "--request-timeout": "want a positive number",
   };
   for (const [flag, want] of Object.entries(wants)) {
     for (const value of ["-1", "-2.5", "abc"]) {

@@ -2,8 +2,8 @@
 import assert from "node:assert/strict";
 import * as tls from "node:tls";
 import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { API } from "../../src/gen/join/join_pb.ts";
+import { connectRpc } from "../../src/rpc/client.ts";
 import * as x509 from "../../src/x509/x509.ts";
 import { JOIN_SERVICE_LISTENING, startJoinCluster } from "../support/join_cluster.ts";
 import { startService } from "../support/process.ts";
@@ -39,15 +39,12 @@ Deno.test("without --tls-cert the join service serves a self-signed certificate 
       "an end-entity certificate",
     );
 
-    const baseUrl = `https://127.0.0.1:${service.port}`;
-    // Deno 2.9.6 can abort in nghttp2 when a client session gets a GOAWAY: close the client before the server.
-    const sessionManager = new Http2SessionManager(baseUrl, {}, { rejectUnauthorized: false });
-    try {
-      const client = createClient(API, createGrpcTransport({ baseUrl, sessionManager }));
-      assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
-    } finally {
-      sessionManager.abort();
-    }
+    using connection = connectRpc({
+      baseUrl: `https://127.0.0.1:${service.port}`,
+      skipServerVerification: true,
+    });
+    const client = createClient(API, connection.transport);
+    assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
   } finally {
     assert.equal((await service.stop()).code, 0);
   }

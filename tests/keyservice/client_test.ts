@@ -62,14 +62,14 @@ Deno.test("getDataKey() reports an unreachable key service as Unavailable (retry
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const { port } = listener.addr as Deno.NetAddr;
   listener.close();
-  const client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 5000 });
+  using client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 5000 });
   await assertConnectError(client.getDataKey(ZERO_UUID, 32), Code.Unavailable, true);
 });
 
 Deno.test("getDataKey() gives up at its deadline with DeadlineExceeded (retryable)", async () => {
   const kms = gatedKms();
   await withKeyService(kms, async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint, timeoutMs: 100 });
+    using client = createKeyServiceClient({ endpoint, timeoutMs: 100 });
     const started = Date.now();
     await assertConnectError(client.getDataKey(ZERO_UUID, 32), Code.DeadlineExceeded, true);
     assert.ok(Date.now() - started < 2000, "the deadline holds");
@@ -80,7 +80,7 @@ Deno.test("getDataKey() gives up at its deadline with DeadlineExceeded (retryabl
 Deno.test("getDataKey() stops when its signal aborts, with Canceled (not retryable)", async () => {
   const kms = gatedKms();
   await withKeyService(kms, async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     const controller = new AbortController();
     const call = client.getDataKey(ZERO_UUID, 32, { signal: controller.signal });
     setTimeout(() => controller.abort(), 50);
@@ -91,7 +91,7 @@ Deno.test("getDataKey() stops when its signal aborts, with Canceled (not retryab
 
 Deno.test("getDataKey() passes InvalidArgument through (not retryable) and works again after", async () => {
   await withKeyService(new ClusterKMS(HKDF_ZERO.secret, HKDF_ZERO.salt), async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     const err = await assertConnectError(client.getDataKey(ZERO_UUID, 0), Code.InvalidArgument, false);
     assert.equal(err.rawMessage, "can't derive key with length zero");
     assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
@@ -101,7 +101,7 @@ Deno.test("getDataKey() passes InvalidArgument through (not retryable) and works
 Deno.test("getDataKey() rejects a key of the wrong length as Internal", async () => {
   const wrongLength: DataKeySource = { getDEK: () => Promise.resolve(new Uint8Array(5)) };
   await withKeyService(wrongLength, async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     const err = await assertConnectError(client.getDataKey(ZERO_UUID, 32), Code.Internal, false);
     assert.equal(err.rawMessage, "key service returned 5 bytes, want 32");
   });

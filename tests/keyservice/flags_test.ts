@@ -1,6 +1,16 @@
 import assert from "node:assert/strict";
 import { KEY_SERVICE_USAGE, parseKeyServiceFlags } from "../../src/keyservice/flags.ts";
 import { UsageError } from "../../src/flags/flags.ts";
+import { DEFAULT_CONNECTION_LIMITS } from "../../src/rpc/limits.ts";
+
+/** The limits the flags give when none is set. */
+const DEFAULT_LIMITS = {
+  maxConnections: DEFAULT_CONNECTION_LIMITS.maxConnections,
+  maxConnectionsPerPeer: DEFAULT_CONNECTION_LIMITS.maxConnectionsPerPeer,
+  maxConcurrentStreams: DEFAULT_CONNECTION_LIMITS.maxConcurrentStreams,
+  idleTimeoutMs: DEFAULT_CONNECTION_LIMITS.idleTimeoutMs,
+  requestTimeoutMs: DEFAULT_CONNECTION_LIMITS.requestTimeoutMs,
+};
 
 Deno.test("parseKeyServiceFlags() defaults to the original's settings", () => {
   assert.deepEqual(parseKeyServiceFlags([]), {
@@ -9,6 +19,7 @@ Deno.test("parseKeyServiceFlags() defaults to the original's settings", () => {
     masterSecretPath: "/var/config/mastersecret",
     saltPath: "/var/config/salt",
     logLevel: "info",
+    limits: DEFAULT_LIMITS,
   });
 });
 
@@ -24,7 +35,14 @@ Deno.test("parseKeyServiceFlags() reads every flag, in both --flag value and --f
       "--log-level",
       "debug",
     ]),
-    { port: 0, listenAddress: "::1", masterSecretPath: "/tmp/m", saltPath: "/tmp/s", logLevel: "debug" },
+    {
+      port: 0,
+      listenAddress: "::1",
+      masterSecretPath: "/tmp/m",
+      saltPath: "/tmp/s",
+      logLevel: "debug",
+      limits: DEFAULT_LIMITS,
+    },
   );
   assert.equal(parseKeyServiceFlags(["--help"]), "help");
   assert.match(KEY_SERVICE_USAGE, /--master-secret <file>/);
@@ -53,6 +71,18 @@ Deno.test("parseKeyServiceFlags() rejects a bad command line with a one-line mes
     [["--listen-address", "[::1]"], LISTEN_ADDRESS_ERROR("[::1]")],
     [["--listen-address="], LISTEN_ADDRESS_ERROR("")],
   ];
+  // Every numeric flag says what is wrong with a negative number ("--flag -1" is not "--flag" without a value).
+  for (
+    const flag of [
+      "--max-connections",
+      "--max-connections-per-peer",
+      "--max-streams-per-connection",
+      "--idle-timeout",
+      "--request-timeout",
+    ]
+  ) {
+    cases.push([[flag, "-1"], `invalid ${flag} "-1": want a positive number`]);
+  }
   for (const [args, message] of cases) {
     assert.throws(() => parseKeyServiceFlags(args), (err) => {
       assert.ok(err instanceof UsageError, `${args}: ${err}`);

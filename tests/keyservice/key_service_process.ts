@@ -18,7 +18,7 @@ export interface KeyServiceSecrets {
   salt: Uint8Array;
 }
 
-/** A started key service; `close()` stops it (SIGTERM unless told) and removes its secrets. */
+/** A started key service; `close()` stops it (SIGTERM unless told) and removes its secrets, once. */
 export interface KeyServiceUnderTest {
   service: RunningService;
   masterSecretPath: string;
@@ -61,25 +61,38 @@ export function keyServiceArgs(allowRead: string[], flags: string[]): string[] {
   ];
 }
 
-/** Starts the key service with `secrets`; waits for its "listening" line. */
-export async function startKeyService(secrets: KeyServiceSecrets): Promise<KeyServiceUnderTest> {
+/** Starts the key service with `secrets` (and extra `flags`); waits for its "listening" line. */
+export async function startKeyService(
+  secrets: KeyServiceSecrets,
+  flags: string[] = [],
+): Promise<KeyServiceUnderTest> {
   const { dir, masterSecretPath, saltPath } = await writeSecrets(secrets);
   try {
     const service = await startService(
       "deno",
-      keyServiceArgs([masterSecretPath, saltPath], ["--master-secret", masterSecretPath, "--salt", saltPath]),
+      keyServiceArgs([masterSecretPath, saltPath], [
+        "--master-secret",
+        masterSecretPath,
+        "--salt",
+        saltPath,
+        ...flags,
+      ]),
       { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT },
     );
+    let closing: Promise<Deno.CommandStatus> | undefined;
     return {
       service,
       masterSecretPath,
       saltPath,
-      async close(signal?: Deno.Signal) {
-        try {
-          return await service.stop(signal);
-        } finally {
-          await Deno.remove(dir, { recursive: true });
-        }
+      close(signal?: Deno.Signal) {
+        closing ??= (async () => {
+          try {
+            return await service.stop(signal);
+          } finally {
+            await Deno.remove(dir, { recursive: true });
+          }
+        })();
+        return closing;
       },
     };
   } catch (err) {

@@ -1,13 +1,9 @@
 import assert from "node:assert/strict";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import {
-  createConnectTransport,
-  createGrpcWebTransport,
-  Http2SessionManager,
-} from "@connectrpc/connect-node";
 import { toHex } from "../../src/attestation/attestation.ts";
 import { API } from "../../src/gen/kms/kms_pb.ts";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
+import { connectRpc } from "../../src/rpc/client.ts";
 import type { DataKeySource } from "../../src/keyservice/server.ts";
 import { ClusterKMS } from "../../src/kms/cluster_kms.ts";
 import { HKDF_FF, HKDF_ZERO } from "../kms/vectors.ts";
@@ -28,13 +24,13 @@ async function assertCode(call: Promise<unknown>, code: Code, message: string | 
 
 Deno.test('GetDataKey derives HKDF(master, salt, "key-" + id, length) over gRPC', async () => {
   await withKeyService(zeroKms(), async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint, timeoutMs: 5000 });
+    using client = createKeyServiceClient({ endpoint, timeoutMs: 5000 });
     assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
     assert.equal((await client.getDataKey(ZERO_UUID, 8160)).length, 8160);
     assert.equal((await client.getDataKey(ZERO_UUID, 1)).length, 1);
   });
   await withKeyService(new ClusterKMS(HKDF_FF.secret, HKDF_FF.salt), async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     assert.equal(toHex(await client.getDataKey("ffffffff-ffff-ffff-ffff-ffffffffffff", 32)), HKDF_FF.output);
     const upper = await client.getDataKey("FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF", 32);
     assert.notEqual(toHex(upper), HKDF_FF.output, "the service does not lower-case IDs; callers do");
@@ -43,7 +39,7 @@ Deno.test('GetDataKey derives HKDF(master, salt, "key-" + id, length) over gRPC'
 
 Deno.test("GetDataKey checks length zero, then the ID, then the maximum length", async () => {
   await withKeyService(zeroKms(), async (endpoint) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     await assertCode(
       client.getDataKey(ZERO_UUID, 0),
       Code.InvalidArgument,
@@ -65,20 +61,16 @@ Deno.test("GetDataKey checks length zero, then the ID, then the maximum length",
 Deno.test("GetDataKey answers over the Connect protocol and gRPC-Web on the same port", async () => {
   await withKeyService(zeroKms(), async (endpoint) => {
     const baseUrl = `http://${endpoint}`;
-    for (const createTransport of [createConnectTransport, createGrpcWebTransport]) {
-      const sessionManager = new Http2SessionManager(baseUrl);
-      try {
-        const client = createClient(API, createTransport({ baseUrl, httpVersion: "2", sessionManager }));
-        const response = await client.getDataKey({ dataKeyId: ZERO_UUID, length: 32 });
-        assert.equal(toHex(response.dataKey), HKDF_ZERO.output);
-        await assertCode(
-          client.getDataKey({ dataKeyId: "", length: 32 }),
-          Code.InvalidArgument,
-          "no data key ID specified",
-        );
-      } finally {
-        sessionManager.abort();
-      }
+    for (const protocol of ["connect", "grpc-web"] as const) {
+      using connection = connectRpc({ baseUrl, protocol });
+      const client = createClient(API, connection.transport);
+      const response = await client.getDataKey({ dataKeyId: ZERO_UUID, length: 32 });
+      assert.equal(toHex(response.dataKey), HKDF_ZERO.output);
+      await assertCode(
+        client.getDataKey({ dataKeyId: "", length: 32 }),
+        Code.InvalidArgument,
+        "no data key ID specified",
+      );
     }
   });
 });
@@ -86,7 +78,7 @@ Deno.test("GetDataKey answers over the Connect protocol and gRPC-Web on the same
 Deno.test("GetDataKey turns a KMS failure into Internal with its message", async () => {
   const failing: DataKeySource = { getDEK: () => Promise.reject(new Error("kms unavailable")) };
   await withKeyService(failing, async (endpoint, logs) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     await assertCode(client.getDataKey(ZERO_UUID, 32), Code.Internal, "kms unavailable");
     assert.ok(logs.some((line) => line.includes('"level":"error"') && line.includes("kms unavailable")));
   });
@@ -94,7 +86,7 @@ Deno.test("GetDataKey turns a KMS failure into Internal with its message", async
 
 Deno.test("GetDataKey logs the key ID and length at debug, never the key", async () => {
   await withKeyService(zeroKms(), async (endpoint, logs) => {
-    const client = createKeyServiceClient({ endpoint });
+    using client = createKeyServiceClient({ endpoint });
     const key = await client.getDataKey(ZERO_UUID, 32);
     await client.getDataKey("x".repeat(10_000), 32);
     const entries = logs.map((line) => JSON.parse(line));

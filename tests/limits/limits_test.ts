@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { RateLimiter } from "../../src/limits/ratelimiter.ts";
 import { PoolFullError, WorkPool } from "../../src/limits/pool.ts";
+import { ByteBudget } from "../../src/limits/byte_budget.ts";
 
 function manualClock(start = 0) {
   let now = start;
@@ -95,4 +96,16 @@ Deno.test("work pool removes an aborted waiter from its queue", async () => {
   release();
   await first;
   assert.equal(await pool.run(() => Promise.resolve("ok")), "ok");
+});
+
+Deno.test("a byte budget refuses what would exceed it, takes nothing then, and gets bytes back", () => {
+  const budget = new ByteBudget(10);
+  assert.equal(budget.tryTake(6), true);
+  assert.equal(budget.tryTake(5), false, "6 + 5 > 10");
+  assert.equal(budget.held, 6, "a refused take takes nothing");
+  assert.equal(budget.tryTake(4), true);
+  budget.give(6);
+  assert.equal(budget.held, 4);
+  assert.equal(budget.tryTake(6), true);
+  assert.throws(() => new ByteBudget(0), RangeError);
 });

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import * as http2 from "node:http2";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { API } from "../../src/gen/kms/kms_pb.ts";
+import { connectRpc } from "../../src/rpc/client.ts";
 import { serveRpc } from "../../src/rpc/server.ts";
 import { peerAddressKey } from "../../src/rpc/peer.ts";
 
@@ -18,17 +18,13 @@ Deno.test("serveRpc passes the peer address to handlers and closes idle connecti
       }),
     hostname: "127.0.0.1",
     port: 0,
-    idleTimeoutMs: 200,
+    limits: { idleTimeoutMs: 200 },
   });
   try {
     const baseUrl = `http://127.0.0.1:${server.address.port}`;
-    // Deno 2.9.6 can abort in nghttp2 when a client session with streams gets a GOAWAY: close it first.
-    const sessionManager = new Http2SessionManager(baseUrl);
-    try {
-      const client = createClient(API, createGrpcTransport({ baseUrl, sessionManager }));
-      await client.getDataKey({ dataKeyId: "x", length: 1 });
-    } finally {
-      sessionManager.abort();
+    {
+      using connection = connectRpc({ baseUrl });
+      await createClient(API, connection.transport).getDataKey({ dataKeyId: "x", length: 1 });
     }
     assert.equal(peer, "127.0.0.1");
 
@@ -56,7 +52,7 @@ Deno.test("serveRpc closes connections beyond the per-peer limit at once", async
     routes: () => {},
     hostname: "127.0.0.1",
     port: 0,
-    maxConnectionsPerPeer: 2,
+    limits: { maxConnectionsPerPeer: 2 },
   });
   const connections: Deno.Conn[] = [];
   try {
@@ -77,6 +73,60 @@ Deno.test("serveRpc closes connections beyond the per-peer limit at once", async
     assert.equal(first, "open");
   } finally {
     for (const connection of connections) connection.close();
+    await server.shutdown(1000);
+  }
+});
+
+Deno.test("serveRpc refuses a call whose body would exceed its connection's request-byte budget", async () => {
+  const server = await serveRpc({
+    routes: (router) => router.service(API, { getDataKey: () => ({ dataKey: new Uint8Array(1) }) }),
+    hostname: "127.0.0.1",
+    port: 0,
+    limits: { maxRequestBytesPerConnection: 1024 },
+  });
+  try {
+    using connection = connectRpc({ baseUrl: `http://127.0.0.1:${server.address.port}` });
+    const client = createClient(API, connection.transport);
+    await assert.rejects(client.getDataKey({ dataKeyId: "x".repeat(2000), length: 1 }), (err) => {
+      const error = ConnectError.from(err);
+      assert.equal(Code[error.code], "ResourceExhausted");
+      assert.match(error.rawMessage, /too many request bytes in flight/);
+      return true;
+    });
+    // The bytes of a finished call are given back: small calls go through on the same connection.
+    for (let i = 0; i < 5; i++) await client.getDataKey({ dataKeyId: "x".repeat(500), length: 1 });
+  } finally {
+    await server.shutdown(1000);
+  }
+});
+
+Deno.test("serveRpc cancels a call that is not finished within the request timeout", async () => {
+  const server = await serveRpc({
+    routes: (router) => router.service(API, { getDataKey: () => ({ dataKey: new Uint8Array(1) }) }),
+    hostname: "127.0.0.1",
+    port: 0,
+    limits: { requestTimeoutMs: 300 },
+  });
+  const session = http2.connect(`http://127.0.0.1:${server.address.port}`);
+  session.on("error", () => {});
+  try {
+    // Headers, then a body that never ends.
+    const stream = session.request({
+      ":method": "POST",
+      ":path": "/kms.API/GetDataKey",
+      "content-type": "application/grpc",
+      te: "trailers",
+    });
+    stream.on("error", () => {});
+    stream.write(new Uint8Array([0, 0, 0, 0, 10]));
+    const start = performance.now();
+    const rstCode = await new Promise<number>((resolve) =>
+      stream.once("close", () => resolve(stream.rstCode))
+    );
+    assert.equal(rstCode, http2.constants.NGHTTP2_CANCEL);
+    assert.ok(performance.now() - start < 3000, "cancelled at the deadline, not later");
+  } finally {
+    session.destroy();
     await server.shutdown(1000);
   }
 });

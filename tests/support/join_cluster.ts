@@ -21,7 +21,6 @@
  */
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { type Client, createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { toHex } from "../../src/attestation/attestation.ts";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
@@ -57,6 +56,7 @@ import {
   stateDiskKeyID,
 } from "../../src/kms/keys.ts";
 import { silentLogger } from "../../src/log/logger.ts";
+import { connectRpc } from "../../src/rpc/client.ts";
 import * as x509 from "../../src/x509/x509.ts";
 import {
   KEY_SERVICE_LISTENING,
@@ -588,8 +588,8 @@ async function joinServiceProcess(args: string[], caPem: string): Promise<JoinSe
   const process = await startService("deno", args, { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT });
   const listening = JSON.parse(process.stderrLines.find((line) => JOIN_SERVICE_LISTENING.test(line))!);
   const url = `https://127.0.0.1:${process.port}`;
-  const sessionManager = new Http2SessionManager(url, {}, { ca: caPem });
-  const client = createClient(API, createGrpcTransport({ baseUrl: url, sessionManager }));
+  const connection = connectRpc({ baseUrl: url, caCerts: [caPem] });
+  const client = createClient(API, connection.transport);
   let stopped: Promise<Deno.CommandStatus> | undefined;
   // A join service that dies by itself fails every later call: say why, once, where the test output shows it.
   process.status.then((status) => {
@@ -607,7 +607,7 @@ async function joinServiceProcess(args: string[], caPem: string): Promise<JoinSe
     process,
     stop(signal?: Deno.Signal) {
       stopped ??= (async () => {
-        sessionManager.abort();
+        connection.close();
         return await process.stop(signal);
       })();
       return stopped;

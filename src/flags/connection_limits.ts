@@ -1,0 +1,53 @@
+/**
+ * The connection-limit flags every RPC service takes (see `src/rpc/limits.ts`).
+ *
+ * @module
+ */
+import { type ConnectionLimits, DEFAULT_CONNECTION_LIMITS } from "../rpc/limits.ts";
+import { parseCount, parsePositive } from "./flags.ts";
+
+/** The flags' `parseArgs` options; spread them into a component's options. */
+export const CONNECTION_LIMIT_OPTIONS = {
+  "max-connections": { type: "string", default: String(DEFAULT_CONNECTION_LIMITS.maxConnections) },
+  "max-connections-per-peer": {
+    type: "string",
+    default: String(DEFAULT_CONNECTION_LIMITS.maxConnectionsPerPeer),
+  },
+  "max-streams-per-connection": {
+    type: "string",
+    default: String(DEFAULT_CONNECTION_LIMITS.maxConcurrentStreams),
+  },
+  "idle-timeout": { type: "string", default: String(DEFAULT_CONNECTION_LIMITS.idleTimeoutMs / 1000) },
+  "request-timeout": { type: "string", default: String(DEFAULT_CONNECTION_LIMITS.requestTimeoutMs / 1000) },
+} as const;
+
+/** The flags' lines for a component's `--help` (33-column flag column, as the services use). */
+export const CONNECTION_LIMITS_USAGE =
+  `  --max-connections <n>            connections open at once (default ${DEFAULT_CONNECTION_LIMITS.maxConnections})
+  --max-connections-per-peer <n>   connections open at once from one IPv4 address or IPv6 /64 (default ${DEFAULT_CONNECTION_LIMITS.maxConnectionsPerPeer})
+  --max-streams-per-connection <n> calls open at once on one HTTP/2 connection (default ${DEFAULT_CONNECTION_LIMITS.maxConcurrentStreams})
+  --idle-timeout <seconds>         close a connection with no call open for this long (default ${
+    DEFAULT_CONNECTION_LIMITS.idleTimeoutMs / 1000
+  })
+  --request-timeout <seconds>      cancel a call not finished after this long (default ${
+    DEFAULT_CONNECTION_LIMITS.requestTimeoutMs / 1000
+  })
+`;
+
+/**
+ * Reads the flags' values.
+ *
+ * @throws {UsageError} naming the flag when a value is not a positive number
+ * (counts must be whole numbers).
+ */
+export function parseConnectionLimits(
+  values: { [K in keyof typeof CONNECTION_LIMIT_OPTIONS]: string },
+): Partial<ConnectionLimits> {
+  return {
+    maxConnections: parseCount(values["max-connections"], "--max-connections"),
+    maxConnectionsPerPeer: parseCount(values["max-connections-per-peer"], "--max-connections-per-peer"),
+    maxConcurrentStreams: parseCount(values["max-streams-per-connection"], "--max-streams-per-connection"),
+    idleTimeoutMs: parsePositive(values["idle-timeout"], "--idle-timeout") * 1000,
+    requestTimeoutMs: parsePositive(values["request-timeout"], "--request-timeout") * 1000,
+  };
+}

@@ -1,0 +1,169 @@
+/**
+ * RPC transport benchmark (part of `deno task bench`): the hardened server
+ * (`serveRpc`) against the server as it was before (`baseline`: node:http2
+ * and connect-node, unguarded, unlimited), both serving the key service's
+ * routes from their own process (`transport_server.ts`), in one run:
+ *
+ * 1. crash rate under the randomized hostile-HTTP/2 fuzzer;
+ * 2. throughput and latency of gRPC calls from connect-node clients;
+ * 3. the key service client's per-call latency, one connection per call (as
+ *    it was) against one reused connection (as it is).
+ *
+ * @module
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { API, GetDataKeyRequestSchema } from "../../src/gen/kms/kms_pb.ts";
+import { connectRpc } from "../../src/rpc/client.ts";
+import { fuzz } from "../support/hostile_h2.ts";
+import { type RunningService, startService } from "../support/process.ts";
+import { REPO_ROOT } from "../keyservice/key_service_process.ts";
+import { percentile } from "./stats.ts";
+
+type Mode = "baseline" | "hardened";
+const MODES: Mode[] = ["baseline", "hardened"];
+
+function startServer(mode: Mode): Promise<RunningService> {
+  return startService("deno", [
+    "run",
+    "--allow-net=127.0.0.1",
+    "--no-prompt",
+    "tests/bench/transport_server.ts",
+    mode,
+  ], { readyMatch: /^\{"port":(\d+)\}$/, cwd: REPO_ROOT });
+}
+
+const message = toBinary(
+  GetDataKeyRequestSchema,
+  create(GetDataKeyRequestSchema, { dataKeyId: "fuzz", length: 32 }),
+);
+const hasExited = (server: RunningService) =>
+  Promise.race([
+    server.status.then(() => true),
+    new Promise<boolean>((r) => setTimeout(() => r(false), 200)),
+  ]);
+
+console.log(
+  `RPC transport: ${Deno.build.os}, ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}`,
+);
+
+// 1. Crash rate: fresh processes, each fuzzed with its own seed until it dies or the rounds run out.
+const RUNS = 5;
+const ROUNDS = 300;
+console.log(`\n1. randomized hostile HTTP/2 (${RUNS} fresh processes × up to ${ROUNDS} connections each)`);
+console.log("server     crashed  connections survived per process");
+for (const mode of MODES) {
+  let crashed = 0;
+  const survived: number[] = [];
+  for (let run = 0; run < RUNS; run++) {
+    const server = await startServer(mode);
+    const target = {
+      hostname: "127.0.0.1",
+      port: server.port,
+      tls: false as const,
+      path: "/kms.API/GetDataKey",
+      message,
+    };
+    let rounds = 0;
+    for (; rounds < ROUNDS; rounds += 20) {
+      if (await fuzz(target, { rounds: 20, seed: 1000 * run + rounds }) > 0 || await hasExited(server)) break;
+    }
+    if (await hasExited(server)) crashed++;
+    survived.push(rounds);
+    await server.stop("SIGKILL");
+  }
+  console.log(`${mode.padEnd(10)} ${`${crashed}/${RUNS}`.padStart(7)}  ${survived.join(", ")}`);
+}
+
+// 2. Throughput and latency, both servers measured back to back.
+const CALLS = 4000;
+console.log(`\n2. gRPC GetDataKey, ${CALLS} calls per row (connect-node clients in this process)`);
+console.log("connections  in flight  server     calls/s  p50 ms  p99 ms  vs baseline");
+for (
+  const { connections, concurrency } of [{ connections: 1, concurrency: 1 }, {
+    connections: 1,
+    concurrency: 16,
+  }, {
+    connections: 8,
+    concurrency: 64,
+  }]
+) {
+  const rates: Record<string, number> = {};
+  for (const mode of MODES) {
+    const server = await startServer(mode);
+    const pool = Array.from(
+      { length: connections },
+      () => connectRpc({ baseUrl: `http://127.0.0.1:${server.port}` }),
+    );
+    const clients = pool.map((connection) => createClient(API, connection.transport));
+    const latencies: number[] = [];
+    const call = async (i: number) => {
+      const start = performance.now();
+      await clients[i % clients.length].getDataKey({ dataKeyId: "bench", length: 32 });
+      latencies.push(performance.now() - start);
+    };
+    for (let i = 0; i < 200; i++) await call(i); // warm-up
+    latencies.length = 0;
+    let next = 0;
+    const start = performance.now();
+    await Promise.all(Array.from({ length: concurrency }, async () => {
+      while (next < CALLS) await call(next++);
+    }));
+    const perSecond = CALLS / ((performance.now() - start) / 1000);
+    rates[mode] = perSecond;
+    latencies.sort((a, b) => a - b);
+    console.log(
+      `${String(connections).padStart(11)}  ${String(concurrency).padStart(9)}  ${mode.padEnd(9)} ${
+        perSecond.toFixed(0).padStart(8)
+      }  ${percentile(latencies, 0.5).toFixed(2).padStart(6)}  ${
+        percentile(latencies, 0.99).toFixed(2).padStart(6)
+      }  ${(perSecond / rates.baseline).toFixed(2).padStart(10)}`,
+    );
+    for (const connection of pool) connection.close();
+    await server.stop();
+  }
+}
+
+// 3. The key service client: a connection per call (as before) against one reused connection.
+const SEQUENTIAL = 500;
+console.log(`\n3. key service client, ${SEQUENTIAL} sequential calls against the hardened server`);
+console.log("client                      p50 ms  p99 ms  mean ms  vs per-call connection");
+{
+  const server = await startServer("hardened");
+  const baseUrl = `http://127.0.0.1:${server.port}`;
+  const measure = async (call: () => Promise<unknown>) => {
+    for (let i = 0; i < 50; i++) await call();
+    const latencies: number[] = [];
+    for (let i = 0; i < SEQUENTIAL; i++) {
+      const start = performance.now();
+      await call();
+      latencies.push(performance.now() - start);
+    }
+    latencies.sort((a, b) => a - b);
+    return {
+      p50: percentile(latencies, 0.5),
+      p99: percentile(latencies, 0.99),
+      mean: latencies.reduce((a, b) => a + b) / latencies.length,
+    };
+  };
+  const perCall = await measure(async () => {
+    using connection = connectRpc({ baseUrl });
+    await createClient(API, connection.transport).getDataKey({ dataKeyId: "bench", length: 32 });
+  });
+  using reused = connectRpc({ baseUrl });
+  const reusedClient = createClient(API, reused.transport);
+  const kept = await measure(() => reusedClient.getDataKey({ dataKeyId: "bench", length: 32 }));
+  for (
+    const [name, figures] of [["connection per call (before)", perCall], [
+      "reused connection (now)",
+      kept,
+    ]] as const
+  ) {
+    console.log(
+      `${name.padEnd(27)} ${figures.p50.toFixed(2).padStart(6)}  ${figures.p99.toFixed(2).padStart(6)}  ${
+        figures.mean.toFixed(2).padStart(7)
+      }  ${(figures.mean / perCall.mean).toFixed(2).padStart(22)}`,
+    );
+  }
+  await server.stop();
+}
