@@ -72,9 +72,9 @@ Flags:
   --config-dir <dir>               attestationConfig and measurementSalt (default /var/config)
   --kubernetes-dir <dir>           admin.conf and pki/ (default /etc/kubernetes)
   --port <port>                    join.API port (default 9090)
-  --listen-address <addr>          address to bind (default 0.0.0.0)
+  --listen-address <addr>          IP address to bind (default 0.0.0.0)
   --metrics-port <port>            Prometheus /metrics and /healthz port (default 9091)
-  --metrics-address <addr>         address for metrics (default 0.0.0.0)
+  --metrics-address <addr>         IP address for metrics (default 0.0.0.0)
   --tls-cert <file>, --tls-key <file>
                                    serving certificate (default: self-signed, generated at start)
   --rate-per-peer <n>, --burst-per-peer <n>

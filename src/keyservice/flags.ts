@@ -35,7 +35,7 @@ plaintext HTTP/2: gRPC, gRPC-Web and Connect on one port).
 
 Flags:
   --port <port>             port to listen on, 0 for any free port (default 9000)
-  --listen-address <addr>   address to bind (default 0.0.0.0)
+  --listen-address <addr>   IP address to bind (default 0.0.0.0)
   --master-secret <file>    master secret file, at least 16 bytes (default /var/config/mastersecret)
   --salt <file>             salt file, at least 32 bytes (default /var/config/salt)
   --log-level <level>       debug, info, warn or error (default info)
