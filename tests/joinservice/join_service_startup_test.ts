@@ -4,6 +4,7 @@
  * command line), and never listens.
  */
 import assert from "node:assert/strict";
+import { WorkPool } from "../../src/limits/pool.ts";
 import { runJoinServiceToExit, startJoinCluster } from "../support/join_cluster.ts";
 
 /** Copies the directory tree `from` to `to`. */
@@ -136,9 +137,14 @@ Deno.test("the join service process exits 1 with one clear line on a bad input, 
       'invalid --metrics-address "999.1.1.1": want an IP address, e.g. 0.0.0.0, 127.0.0.1 or ::',
     ],
   ];
+  // A few processes at a time: each loads the whole service, and a crowd of them on two cores (with a cold
+  // Deno cache, as in CI) can outlast runJoinServiceToExit's 20 s limit.
+  const pool = new WorkPool({ concurrency: 4, maxQueued: cases.length + usageCases.length });
+  const run = ([, flags]: [string, string[], unknown]) =>
+    pool.run(() => runJoinServiceToExit(cluster.joinServiceArgs(flags)));
   const [results, usageResults] = await Promise.all([
-    Promise.all(cases.map(([, flags]) => runJoinServiceToExit(cluster.joinServiceArgs(flags)))),
-    Promise.all(usageCases.map(([, flags]) => runJoinServiceToExit(cluster.joinServiceArgs(flags)))),
+    Promise.all(cases.map(run)),
+    Promise.all(usageCases.map(run)),
   ]);
   for (const [i, [name, , message]] of usageCases.entries()) {
     await t.step(`usage error: ${name}`, () => {
