@@ -4,7 +4,15 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
-import { parseFlags, parsePort, parsePositive, UsageError } from "../flags/flags.ts";
+import {
+  parseCount,
+  parseEndpointFlag,
+  parseFlags,
+  parseListenAddress,
+  parsePort,
+  parsePositive,
+  UsageError,
+} from "../flags/flags.ts";
 import {
   CONNECTION_LIMIT_OPTIONS,
   CONNECTION_LIMITS_USAGE,
@@ -84,9 +92,9 @@ Flags:
   --config-dir <dir>               attestationConfig and measurementSalt (default /var/config)
   --kubernetes-dir <dir>           admin.conf and pki/ (default /etc/kubernetes)
   --port <port>                    join.API port (default 9090)
-  --listen-address <addr>          address to bind (default 0.0.0.0)
+  --listen-address <addr>          IP address to bind (default 0.0.0.0)
   --metrics-port <port>            Prometheus /metrics and /healthz port (default 9091)
-  --metrics-address <addr>         address for metrics (default 0.0.0.0)
+  --metrics-address <addr>         IP address for metrics (default 0.0.0.0)
   --tls-cert <file>, --tls-key <file>
                                    serving certificate (default: self-signed, generated at start)
   --rate-per-peer <n>, --burst-per-peer <n>
@@ -153,9 +161,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   if (endpoint && metadataUrl) {
     throw new UsageError("give only one of --api-server-endpoint and --metadata-url");
   }
-  if (endpoint && !/^[^\s/]+:\d{1,5}$/.test(endpoint)) {
-    throw new UsageError(`invalid --api-server-endpoint "${endpoint}": want host:port`);
-  }
+  if (endpoint) parseEndpointFlag(endpoint, "--api-server-endpoint", "10.0.0.1:6443");
   if (metadataUrl && !URL.canParse(metadataUrl)) {
     throw new UsageError(`invalid --metadata-url "${metadataUrl}"`);
   }
@@ -167,8 +173,12 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
       }": want a CIDR like 10.96.0.0/12`,
     );
   }
-  if (!values["tls-cert"] !== !values["tls-key"]) {
-    throw new UsageError("--tls-cert and --tls-key go together");
+  for (const [given, missing] of [["tls-cert", "tls-key"], ["tls-key", "tls-cert"]] as const) {
+    if (values[given] && !values[missing]) {
+      throw new UsageError(
+        `--${given} needs --${missing} (give both, or neither for a self-signed certificate)`,
+      );
+    }
   }
 
   let logLevel: LogLevel;
@@ -177,17 +187,16 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  const whole = (flag: string, value: string) => {
-    const n = parsePositive(value, flag);
-    if (!Number.isInteger(n)) throw new UsageError(`invalid ${flag} "${value}": want a whole number`);
-    return n;
-  };
   return {
     port: parsePort(values.port),
-    listenAddress: values["listen-address"],
+    listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
     metricsPort: parsePort(values["metrics-port"], "--metrics-port"),
-    metricsAddress: values["metrics-address"],
-    keyServiceEndpoint: keyService,
+    metricsAddress: parseListenAddress(values["metrics-address"], "--metrics-address"),
+    keyServiceEndpoint: parseEndpointFlag(
+      keyService,
+      "--key-service-endpoint",
+      "key-service.kube-system:9000",
+    ),
     attestationVariant: variant,
     configDir: values["config-dir"],
     kubernetesDir: values["kubernetes-dir"],
@@ -198,11 +207,11 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     tlsCert: values["tls-cert"],
     tlsKey: values["tls-key"],
     ratePerPeer: parsePositive(values["rate-per-peer"], "--rate-per-peer"),
-    burstPerPeer: whole("--burst-per-peer", values["burst-per-peer"]),
+    burstPerPeer: parseCount(values["burst-per-peer"], "--burst-per-peer"),
     rateGlobal: parsePositive(values["rate-global"], "--rate-global"),
-    burstGlobal: whole("--burst-global", values["burst-global"]),
-    verifyConcurrency: whole("--verify-concurrency", values["verify-concurrency"]),
-    verifyQueue: whole("--verify-queue", values["verify-queue"]),
+    burstGlobal: parseCount(values["burst-global"], "--burst-global"),
+    verifyConcurrency: parseCount(values["verify-concurrency"], "--verify-concurrency"),
+    verifyQueue: parseCount(values["verify-queue"], "--verify-queue"),
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
     logLevel,
     limits: parseConnectionLimits(values),

@@ -7,8 +7,10 @@
  * one ends the process with status 1 and one log line naming it: the
  * attestation config (`<config-dir>/attestationConfig`, reloaded on change
  * afterwards), the measurement salt (`<config-dir>/measurementSalt`), the
- * kubeconfig (or in-cluster service account), `<kubernetes-dir>/admin.conf`
- * and the cluster CA in `<kubernetes-dir>/pki/`. A bad command line ends it
+ * kubeconfig (or in-cluster service account), `<kubernetes-dir>/admin.conf`,
+ * the cluster CA in `<kubernetes-dir>/pki/`, and the serving certificate
+ * and key (`--tls-cert`, `--tls-key`: parsed, and the key must be the
+ * certificate's). A bad command line ends it
  * with status 2. The key service need not be up at start: calls that need it
  * fail with Unavailable until it is, and the service recovers by itself.
  * SIGTERM or SIGINT stops accepting connections, lets calls in flight
@@ -49,6 +51,7 @@ import { serveRpc } from "../rpc/server.ts";
 import { terminationSignal } from "../rpc/signals.ts";
 import { readSecretFile } from "../secrets/secret_file.ts";
 import { createSelfSignedCertificate } from "../x509/selfsigned.ts";
+import { readTlsKeyPair } from "../x509/tls_key_pair.ts";
 import { API } from "../gen/join/join_pb.ts";
 import { auditLog } from "./audit.ts";
 import { bootstrapTokens } from "./bootstraptoken.ts";
@@ -122,6 +125,14 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     description: "measurement salt",
     minLength: MEASUREMENT_SALT_MIN_LENGTH,
   });
+  const tls = flags.tlsCert
+    ? await readTlsKeyPair({
+      certFile: flags.tlsCert,
+      keyFile: flags.tlsKey!,
+      certName: "--tls-cert",
+      keyName: "--tls-key",
+    })
+    : await createSelfSignedCertificate({ commonName: "join-service", dnsNames: ["localhost"] });
   const connection = flags.kubeconfig ? await loadKubeconfig(flags.kubeconfig) : await inClusterConfig();
   const client = new KubernetesClient(connection, { logger });
   const pkiDir = `${flags.kubernetesDir}/pki`;
@@ -184,9 +195,6 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     clock,
   });
 
-  const tls = flags.tlsCert
-    ? { cert: await Deno.readTextFile(flags.tlsCert), key: await Deno.readTextFile(flags.tlsKey!) }
-    : await createSelfSignedCertificate({ commonName: "join-service", dnsNames: ["localhost"] });
   const metricsServer = await serveMetrics(registry, {
     hostname: flags.metricsAddress,
     port: flags.metricsPort,

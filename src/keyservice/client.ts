@@ -11,6 +11,7 @@
  */
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { API } from "../gen/kms/kms_pb.ts";
+import { parseEndpoint } from "../net/endpoint.ts";
 import { connectRpc } from "../rpc/client.ts";
 
 /** Options for {@linkcode createKeyServiceClient}. */
@@ -80,14 +81,12 @@ export function isRetryableKeyServiceError(err: unknown): boolean {
   return code === Code.Unavailable || code === Code.DeadlineExceeded;
 }
 
-/** "host:port", "[v6]:port"; the host a DNS name or an address. */
-const ENDPOINT = /^(\[[0-9A-Fa-f:.]+\]|[^\s:/?#@[\]]+):(\d{1,5})$/;
-
 function endpointUrl(endpoint: string): string {
-  const match = ENDPOINT.exec(endpoint);
-  const port = Number(match?.[2]);
-  if (!match || port < 1 || port > 65535) {
+  let parsed;
+  try {
+    parsed = parseEndpoint(endpoint);
+  } catch {
     throw new TypeError(`invalid key service endpoint "${endpoint}": want host:port`);
   }
-  return `http://${match[1]}:${port}`;
+  return `http://${parsed.host}:${parsed.port}`;
 }

@@ -111,6 +111,14 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     )
     : http2.createServer(http2Options, handler);
 
+  if (options.tls) {
+    // HTTP/1.1 over TLS (ALPN): headers within the handshake deadline, the whole request within the
+    // call's (node:http checks them every 30 s); the http2 typings do not declare these fields.
+    Object.assign(server, {
+      headersTimeout: limits.handshakeTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+    });
+  }
   server.maxConnections = limits.maxConnections;
   const connections = new Connections(server, limits.maxConnectionsPerPeer);
   const sessions = new Set<http2.ServerHttp2Session>();

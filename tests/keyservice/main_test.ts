@@ -238,12 +238,23 @@ Deno.test("the key service process refuses to start without usable secrets, in o
 });
 
 Deno.test("the key service process rejects a bad command line with status 2 and explains --help", async () => {
-  const [unknown, help] = await Promise.all([
+  const [unknown, negativePort, badAddress, help] = await Promise.all([
     runKeyServiceToExit([], ["--verbose"]),
+    runKeyServiceToExit([], ["--port", "-1"]),
+    runKeyServiceToExit([], ["--listen-address", "nonsense"]),
     runKeyServiceToExit([], ["--help"]),
   ]);
   assert.equal(unknown.code, 2);
   assert.deepEqual(unknown.stderrLines, ["key-service: unknown flag --verbose (see --help)"]);
+  assert.equal(negativePort.code, 2);
+  assert.deepEqual(negativePort.stderrLines, [
+    'key-service: invalid --port "-1": want a number from 0 to 65535 (see --help)',
+  ]);
+  // Not a permission problem: the address is refused before anything asks for permission to bind it.
+  assert.equal(badAddress.code, 2);
+  assert.deepEqual(badAddress.stderrLines, [
+    'key-service: invalid --listen-address "nonsense": want an IP address, e.g. 0.0.0.0, 127.0.0.1 or :: (see --help)',
+  ]);
   assert.equal(help.code, 0);
   assert.match(help.stdoutLines.join("\n"), /^Usage: key-service \[flags\]/);
   assert.deepEqual(help.stderrLines, []);
