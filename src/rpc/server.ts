@@ -20,6 +20,7 @@ import {
 import { guardHttp2Teardown } from "./http2_guard.ts";
 import { createRpcHandler, type RpcRequest, type RpcResponse } from "./handler.ts";
 import { type ConnectionLimits, DEFAULT_CONNECTION_LIMITS, IDLE_CLOSE_GRACE_MS } from "./limits.ts";
+import { PeerSlots } from "../limits/peer_slots.ts";
 import { peerAddressKey } from "./peer.ts";
 
 /** TLS material for {@linkcode serveRpc}. */
@@ -163,30 +164,27 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
 
 /**
  * The server's open TCP connections: closes, at once, every connection
- * beyond `maxPerPeer` from one peer address, and finds the raw socket under
+ * beyond `maxPerPeer` from one peer (an IPv4 address or an IPv6 /64, see
+ * {@linkcode PeerSlots}), and finds the raw socket under
  * a session (`session.socket` is a proxy that cannot be destroyed).
  */
 class Connections {
   readonly #sockets = new Map<string, Socket>();
-  readonly #perPeer = new Map<string, number>();
 
   constructor(server: http2.Http2Server | http2.Http2SecureServer, maxPerPeer: number) {
+    const slots = new PeerSlots(maxPerPeer);
     // Before the server's own listener, which starts a plaintext session at once.
     server.prependListener("connection", (socket: Socket) => {
-      const peer = socket.remoteAddress ?? "unknown";
-      const open = (this.#perPeer.get(peer) ?? 0) + 1;
-      if (open > maxPerPeer) {
+      const giveBack = slots.tryTake(socket.remoteAddress ?? "unknown");
+      if (!giveBack) {
         socket.destroy();
         return;
       }
-      this.#perPeer.set(peer, open);
       const key = `${socket.remoteAddress}:${socket.remotePort}`;
       this.#sockets.set(key, socket);
       socket.once("close", () => {
         this.#sockets.delete(key);
-        const left = (this.#perPeer.get(peer) ?? 1) - 1;
-        if (left > 0) this.#perPeer.set(peer, left);
-        else this.#perPeer.delete(peer);
+        giveBack();
       });
     });
   }

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { PeerRateLimiter, TokenBucket } from "../../src/limits/ratelimiter.ts";
 import { PoolFullError, WorkPool } from "../../src/limits/pool.ts";
 import { ByteBudget } from "../../src/limits/byte_budget.ts";
+import { PeerSlots } from "../../src/limits/peer_slots.ts";
 import { ManualClock } from "../support/manual_clock.ts";
 
 Deno.test("a token bucket refuses over its burst and refills over time", () => {
@@ -111,4 +112,22 @@ Deno.test("a byte budget refuses what would exceed it, takes nothing then, and g
   assert.equal(budget.held, 4);
   assert.equal(budget.tryTake(6), true);
   assert.throws(() => new ByteBudget(0), RangeError);
+});
+
+Deno.test("per-peer slots count an IPv4 address or an IPv6 /64, and come back once given back", () => {
+  const slots = new PeerSlots(2);
+  const first = slots.tryTake("2001:db8:1:2::10");
+  assert.ok(first);
+  assert.ok(slots.tryTake("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "same /64: the second slot");
+  assert.equal(slots.tryTake("2001:db8:1:2::99"), undefined, "a third address in the /64 is refused");
+  assert.ok(slots.tryTake("2001:db8:1:3::10"), "the next /64 has its own slots");
+  assert.ok(slots.tryTake("10.0.0.7"));
+  assert.ok(slots.tryTake("::ffff:10.0.0.7"), "an IPv4-mapped address is its IPv4 address");
+  assert.equal(slots.tryTake("10.0.0.7"), undefined);
+  first();
+  first();
+  assert.ok(slots.tryTake("2001:db8:1:2::99"), "a given-back slot is free again, once");
+  assert.equal(slots.tryTake("2001:db8:1:2::98"), undefined);
+  assert.equal(slots.groups, 3);
+  assert.throws(() => new PeerSlots(0), RangeError);
 });
