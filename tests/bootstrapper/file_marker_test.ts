@@ -10,7 +10,9 @@ Deno.test("the file-backed PCR 15 starts at zero and extends as a TPM's SHA-256 
     await marker.mark(clusterId);
     assert.equal(await marker.isBound(), true);
     const event = new Uint8Array(await crypto.subtle.digest("SHA-256", clusterId));
-    const want = new Uint8Array(await crypto.subtle.digest("SHA-256", new Uint8Array([...new Uint8Array(32), ...event])));
+    const want = new Uint8Array(
+      await crypto.subtle.digest("SHA-256", new Uint8Array([...new Uint8Array(32), ...event])),
+    );
     assert.equal((await marker.read()).toHex(), want.toHex());
     assert.equal((await Deno.stat(filePcr15Path(root))).mode! & 0o777, 0o600);
   } finally {

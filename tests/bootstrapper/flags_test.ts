@@ -32,14 +32,38 @@ Deno.test("the root moves the node's default paths under it; rejoin is a command
 
 Deno.test("a bad command line names the problem", async (t) => {
   const rows: { name: string; args: string[]; env?: { attestationVariant?: string }; want: RegExp }[] = [
-    { name: "no variant", args: [], want: /--attestation-variant \(or CONSTEL_ATTESTATION_VARIANT\) is required/ },
+    {
+      name: "no variant",
+      args: [],
+      want: /--attestation-variant \(or CONSTEL_ATTESTATION_VARIANT\) is required/,
+    },
     { name: "unknown command", args: ["init"], want: /unknown command "init"/ },
-    { name: "no TPM without dummy", args: ["--attestation-variant", "qemu-vtpm", "--tpm", "none"], want: /only with the dummy variant/ },
-    { name: "relative root", args: ["--attestation-variant", "dummy", "--root", "node"], want: /--root must be an absolute path/ },
-    { name: "bad metadata URL", args: ["--attestation-variant", "dummy", "--metadata-url", "10.42.0.1:8080"], want: /invalid --metadata-url/ },
+    {
+      name: "no TPM without dummy",
+      args: ["--attestation-variant", "qemu-vtpm", "--tpm", "none"],
+      want: /only with the dummy variant/,
+    },
+    {
+      name: "relative root",
+      args: ["--attestation-variant", "dummy", "--root", "node"],
+      want: /--root must be an absolute path/,
+    },
+    {
+      name: "bad metadata URL",
+      args: ["--attestation-variant", "dummy", "--metadata-url", "10.42.0.1:8080"],
+      want: /invalid --metadata-url/,
+    },
     { name: "bad port", args: ["--attestation-variant", "dummy", "--port", "70000"], want: /--port/ },
-    { name: "zero retry interval", args: ["--attestation-variant", "dummy", "--join-retry-interval", "0"], want: /--join-retry-interval/ },
-    { name: "listen address not an IP", args: ["--attestation-variant", "dummy", "--listen-address", "node-1"], want: /--listen-address/ },
+    {
+      name: "zero retry interval",
+      args: ["--attestation-variant", "dummy", "--join-retry-interval", "0"],
+      want: /--join-retry-interval/,
+    },
+    {
+      name: "listen address not an IP",
+      args: ["--attestation-variant", "dummy", "--listen-address", "node-1"],
+      want: /--listen-address/,
+    },
     { name: "unknown flag", args: ["--attestation-variant", "dummy", "--debug"], want: /debug/ },
   ];
   for (const row of rows) {

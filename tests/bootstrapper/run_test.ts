@@ -1,0 +1,168 @@
+import assert from "node:assert/strict";
+import { createLogger } from "../../src/log/logger.ts";
+import {
+  EXIT_FAILURE,
+  type LockHooks,
+  type Outcome,
+  runBootstrapper,
+  type RunDependencies,
+} from "../../src/bootstrapper/run.ts";
+
+/** What a scripted side does once started. */
+type Script =
+  | "wait" // before the lock forever (until stopped)
+  | "win" // takes the lock and succeeds
+  | "win-then-fail"; // takes the lock, then fails
+
+interface World {
+  deps: RunDependencies;
+  events: string[];
+  logs: { level: string; msg: string }[];
+}
+
+function world(options: { bound?: boolean; init?: Script; join?: Script } = {}): World {
+  const events: string[] = [];
+  const logs: { level: string; msg: string }[] = [];
+  const logger = createLogger({ level: "debug", write: (line) => logs.push(JSON.parse(line)) });
+  const deps: RunDependencies = {
+    logger,
+    binding: { isBound: () => Promise.resolve(options.bound ?? false) },
+    kubelet: {
+      startKubelet: () => {
+        events.push("kubelet started");
+        return Promise.resolve();
+      },
+    },
+    startInitServer: (hooks: LockHooks) => {
+      events.push("init server listening");
+      const finished = Promise.withResolvers<Outcome>();
+      const script = options.init ?? "wait";
+      if (script !== "wait") {
+        setTimeout(() => {
+          events.push("init took the lock");
+          hooks.onLocked();
+          setTimeout(() =>
+            finished.resolve(
+              script === "win"
+                ? { ok: true }
+                : { ok: false, error: new Error("initializing cluster: kubeadm init failed") },
+            ), 5);
+        }, 5);
+      }
+      return Promise.resolve({
+        finished: finished.promise,
+        stop: () => {
+          events.push("init server stopped");
+          return Promise.resolve();
+        },
+      });
+    },
+    runJoinClient: (hooks, { signal }) =>
+      new Promise<void>((resolve, reject) => {
+        signal.addEventListener("abort", () => {
+          events.push("join client stopped");
+          reject(signal.reason);
+        });
+        const script = options.join ?? "wait";
+        if (script === "wait") return;
+        setTimeout(() => {
+          events.push("join took the lock");
+          hooks.onLocked();
+          setTimeout(() => {
+            events.push("join ended");
+            if (script === "win") resolve();
+            else reject(new Error("kubeadm join failed 3 times"));
+          }, 5);
+        }, 5);
+      }),
+  };
+  return { deps, events, logs };
+}
+
+Deno.test("the bootstrapper's control flow", async (t) => {
+  const rows: {
+    name: string;
+    world: Parameters<typeof world>[0];
+    stopAfterMs?: number;
+    wantExit: number;
+    wantEvents: string[];
+    wantLastLog?: RegExp;
+  }[] = [
+    {
+      name: "a node bound to a cluster starts its kubelet and serves nothing",
+      world: { bound: true },
+      wantExit: 0,
+      wantEvents: ["kubelet started"],
+      wantLastLog: /bootstrapper done/,
+    },
+    {
+      name: "init takes the lock: the join client stops, then the server once Init is done",
+      world: { init: "win" },
+      wantExit: 0,
+      wantEvents: [
+        "init server listening",
+        "init took the lock",
+        "join client stopped",
+        "init server stopped",
+      ],
+      wantLastLog: /init done/,
+    },
+    {
+      name: "init fails after the lock: exit status 1, the last line says what and how to retry",
+      world: { init: "win-then-fail" },
+      wantExit: EXIT_FAILURE,
+      wantEvents: [
+        "init server listening",
+        "init took the lock",
+        "join client stopped",
+        "init server stopped",
+      ],
+      wantLastLog:
+        /init failed after the node lock: initializing cluster: kubeadm init failed; .*wipe the node/,
+    },
+    {
+      name: "join takes the lock: the init server stops at once, exit 0 once joined",
+      world: { join: "win" },
+      wantExit: 0,
+      wantEvents: ["init server listening", "join took the lock", "init server stopped", "join ended"],
+      wantLastLog: /join done/,
+    },
+    {
+      name: "join fails after the lock: exit status 1 naming the failure",
+      world: { join: "win-then-fail" },
+      wantExit: EXIT_FAILURE,
+      wantEvents: ["init server listening", "join took the lock", "init server stopped", "join ended"],
+      wantLastLog: /join failed after the node lock: kubeadm join failed 3 times/,
+    },
+    {
+      name: "stopped (SIGTERM) before any lock: both sides stop, exit 0",
+      world: {},
+      stopAfterMs: 10,
+      wantExit: 0,
+      wantEvents: ["init server listening", "join client stopped", "init server stopped"],
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      const w = world(row.world);
+      const stop = new AbortController();
+      const timer = row.stopAfterMs === undefined
+        ? undefined
+        : setTimeout(() => stop.abort(), row.stopAfterMs);
+      try {
+        assert.equal(await runBootstrapper(w.deps, { signal: stop.signal }), row.wantExit);
+      } finally {
+        clearTimeout(timer);
+      }
+      assert.deepEqual(w.events, row.wantEvents);
+      if (row.wantLastLog) assert.match(w.logs.at(-1)!.msg, row.wantLastLog);
+    });
+  }
+});
+
+Deno.test("a PCR 15 that cannot be read stops the bootstrapper before it serves anything", async () => {
+  const w = world();
+  w.deps.binding = { isBound: () => Promise.reject(new Error("tpm2_pcrread: no TPM at device:/dev/tpmrm0")) };
+  await assert.rejects(runBootstrapper(w.deps), /no TPM/);
+  assert.deepEqual(w.events, []);
+});
