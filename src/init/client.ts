@@ -223,14 +223,14 @@ export async function initCluster(request: InitParameters, options: InitClientOp
     if (error instanceof InitError) throw error;
     const connectError = error instanceof ConnectError ? error : undefined;
     if (failure !== undefined) {
-      throw refused(failure, logs.kept(), connectError?.code, error);
+      throw refused(failure, await logs.kept(), connectError?.code, error);
     }
     if (connectError && refusalCodes.has(connectError.code)) {
       throw refused(connectError.rawMessage, new Uint8Array(0), connectError.code, error);
     }
     throw asInitError(error, "Init", signal);
   }
-  if (failure !== undefined) throw refused(failure, logs.kept(), undefined, undefined);
+  if (failure !== undefined) throw refused(failure, await logs.kept(), undefined, undefined);
   throw new InitError("protocol", "the node ended the Init stream without a result");
 }
 
@@ -295,13 +295,7 @@ class LogBuffer {
     this.#length += part.length;
   }
 
-  kept(): Uint8Array {
-    const out = new Uint8Array(this.#length);
-    let offset = 0;
-    for (const chunk of this.#chunks) {
-      out.set(chunk, offset);
-      offset += chunk.length;
-    }
-    return out;
+  async kept(): Promise<Uint8Array> {
+    return await new Blob(this.#chunks as Uint8Array<ArrayBuffer>[]).bytes();
   }
 }

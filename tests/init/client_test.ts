@@ -1,14 +1,12 @@
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
-import { createClient, createRouterTransport } from "@connectrpc/connect";
+import { createClient, createRouterTransport, type ServiceImpl, type Transport } from "@connectrpc/connect";
 import { AttestationError, type Measurements, type Validator } from "../../src/attestation/attestation.ts";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
 import { API, InitResponseSchema } from "../../src/gen/init/init_pb.ts";
 import { initCluster, type InitError } from "../../src/init/client.ts";
 import { silentLogger } from "../../src/log/logger.ts";
-import { connectRpc } from "../../src/rpc/client.ts";
-import { serveRpc } from "../../src/rpc/server.ts";
 import {
   CLUSTER_ID,
   FAKE_KUBECONFIG,
@@ -16,7 +14,7 @@ import {
   initParameters,
   type InitWorld,
 } from "../support/init_fakes.ts";
-import { createTestCa, issueLoopbackServerCert } from "../support/pki.ts";
+import { serveOverTls } from "../support/tls_rpc.ts";
 import { startSwtpm } from "../support/swtpm.ts";
 
 const decoder = new TextDecoder();
@@ -25,27 +23,21 @@ async function failure(call: Promise<unknown>): Promise<InitError> {
   return await call.then(() => assert.fail("init succeeded"), (error: InitError) => error);
 }
 
-/** Serves `world`'s handler over TLS on loopback; returns the client's transport. */
-async function overTls(world: InitWorld) {
-  const ca = await createTestCa();
-  const leaf = await issueLoopbackServerCert(ca);
-  const server = await serveRpc({
-    hostname: "127.0.0.1",
-    port: 0,
-    tls: { cert: leaf.certPem, key: leaf.keyPem },
-    routes: (router) => router.service(API, world.server.handlers()),
-  });
-  const connection = connectRpc({
-    baseUrl: `https://localhost:${server.address.port}`,
-    caCerts: [ca.certPem],
-  });
-  return {
-    transport: connection.transport,
-    async [Symbol.asyncDispose]() {
-      connection.close();
-      await server.shutdown(1000);
-    },
-  };
+/** Serves `world`'s handler over TLS on loopback. */
+function overTls(world: InitWorld) {
+  return serveOverTls((router) => router.service(API, world.server.handlers()));
+}
+
+/** A transport to `world` through a relay that forwards every call except `overrides`. */
+function relay(world: InitWorld, overrides: Partial<ServiceImpl<typeof API>>): Transport {
+  const upstream = createClient(API, world.transport);
+  return createRouterTransport((router) =>
+    router.service(API, {
+      getAttestation: (request) => upstream.getAttestation(request),
+      init: (request) => upstream.init(request),
+      ...overrides,
+    })
+  );
 }
 
 Deno.test("init over TLS (serveRpc, gRPC): success, then a refusal with logs", async () => {
@@ -100,40 +92,34 @@ Deno.test("the client rejects evidence of another variant and evidence for anoth
   assert.equal(variant.attestationReason, "variant-mismatch");
 
   // A relay replaces the node's public key with its own: the report data no longer matches.
-  const relay = createRouterTransport((router) =>
-    router.service(API, {
-      getAttestation: async (request) => {
-        const answer = await createClient(API, world.transport).getAttestation(request);
-        return { ...answer, publicKey: new Uint8Array(32).fill(9) };
-      },
-      init: (request) => createClient(API, world.transport).init(request),
-    })
-  );
+  const swapping = relay(world, {
+    getAttestation: async (request) => {
+      const answer = await createClient(API, world.transport).getAttestation(request);
+      return { ...answer, publicKey: new Uint8Array(32).fill(9) };
+    },
+  });
   const swapped = await failure(
-    initCluster(initParameters(), { transport: relay, validator: world.validator }),
+    initCluster(initParameters(), { transport: swapping, validator: world.validator }),
   );
   assert.equal(swapped.attestationReason, "report-data-mismatch");
 });
 
 Deno.test("a tampered success does not open: open-failed", async () => {
   const world = fakeInitDependencies();
-  const tamper = createRouterTransport((router) =>
-    router.service(API, {
-      getAttestation: (request) => createClient(API, world.transport).getAttestation(request),
-      async *init(request) {
-        for await (const message of createClient(API, world.transport).init(request)) {
-          if (message.kind.case === "initSuccess" && message.kind.value.sealed) {
-            const sealed = message.kind.value.sealed;
-            const ciphertext = new Uint8Array(sealed.ciphertext);
-            ciphertext[0] ^= 1;
-            yield create(InitResponseSchema, {
-              kind: { case: "initSuccess", value: { sealed: { ...sealed, ciphertext } } },
-            });
-          } else yield message;
-        }
-      },
-    })
-  );
+  const tamper = relay(world, {
+    async *init(request) {
+      for await (const message of createClient(API, world.transport).init(request)) {
+        if (message.kind.case === "initSuccess" && message.kind.value.sealed) {
+          const sealed = message.kind.value.sealed;
+          const ciphertext = new Uint8Array(sealed.ciphertext);
+          ciphertext[0] ^= 1;
+          yield create(InitResponseSchema, {
+            kind: { case: "initSuccess", value: { sealed: { ...sealed, ciphertext } } },
+          });
+        } else yield message;
+      }
+    },
+  });
   const error = await failure(
     initCluster(initParameters(), { transport: tamper, validator: world.validator }),
   );
@@ -142,12 +128,7 @@ Deno.test("a tampered success does not open: open-failed", async () => {
 
 Deno.test("a stream without a result is a protocol error; an aborted signal is canceled", async () => {
   const world = fakeInitDependencies();
-  const silent = createRouterTransport((router) =>
-    router.service(API, {
-      getAttestation: (request) => createClient(API, world.transport).getAttestation(request),
-      async *init() {},
-    })
-  );
+  const silent = relay(world, { async *init() {} });
   assert.equal(
     (await failure(initCluster(initParameters(), { transport: silent, validator: world.validator }))).reason,
     "protocol",
