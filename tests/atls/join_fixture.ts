@@ -21,11 +21,9 @@ import {
 import { createAttestedExchange } from "../../src/joinservice/exchange.ts";
 import { JoinService } from "../../src/joinservice/service.ts";
 import { MEASUREMENT_SECRET_KEY_ID, stateDiskKeyId } from "../../src/kms/keys.ts";
-import { connectRpc } from "../../src/rpc/client.ts";
-import { serveRpc } from "../../src/rpc/server.ts";
 import { fakeDependencies, fakeKey } from "../support/join_fakes.ts";
 import type { ManualClock } from "../support/manual_clock.ts";
-import { createTestCa, issueLoopbackServerCert } from "../support/pki.ts";
+import { serveOverTls } from "../support/tls_rpc.ts";
 
 /** The state disk key the fixture hands out for `diskUuid`. */
 export function stateDiskKeyFor(diskUuid: string): Uint8Array<ArrayBuffer> {
@@ -76,18 +74,11 @@ export async function startJoinFixture(validator: Validator): Promise<JoinFixtur
   world.deps.attestation = { current: () => ({ ...state, validator }) };
   world.deps.exchange = createAttestedExchange({ keys: world.deps.keys, clock: world.clock });
   const service = new JoinService(world.deps);
-  const ca = await createTestCa();
-  const leaf = await issueLoopbackServerCert(ca);
-  const server = await serveRpc({
-    hostname: "127.0.0.1",
-    port: 0,
-    tls: { cert: leaf.certPem, key: leaf.keyPem },
-    readMaxBytes: 256 * 1024, // as the join service: evidence over its own 64 KiB cap reaches the handler
-    routes: (router) => router.service(API, service.handlers()),
-  });
-  const baseUrl = `https://localhost:${server.address.port}`;
-  const connection = connectRpc({ baseUrl, caCerts: [ca.certPem] });
-  const client = createClient(API, connection.transport);
+  const tls = await serveOverTls(
+    (router) => router.service(API, service.handlers()),
+    { readMaxBytes: 256 * 1024 }, // as the join service: evidence over its own 64 KiB cap reaches the handler
+  );
+  const client = createClient(API, tls.transport);
   return {
     client,
     clock: world.clock,
@@ -97,9 +88,6 @@ export async function startJoinFixture(validator: Validator): Promise<JoinFixtur
         diskUuid: entry.diskUuid,
       }));
     },
-    async [Symbol.asyncDispose]() {
-      connection.close();
-      await server.shutdown(1000);
-    },
+    [Symbol.asyncDispose]: () => tls[Symbol.asyncDispose](),
   };
 }

@@ -1,0 +1,768 @@
+/**
+ * The bootstrapper's init server (`init.API`): the first node's half of the
+ * init exchange (docs/attested-exchange.md §7) and the init itself
+ * (reference §4.4 with the fixes of DESIGN.md §4).
+ *
+ * {@linkcode InitServer.getAttestation}: a fresh HPKE key pair per client
+ * nonce, evidence over the "init-attestation" report data; the key pair is
+ * held for {@linkcode DEFAULT_ATTESTATION_KEY_LIFETIME_MS}, for one use, in a
+ * bounded map.
+ *
+ * {@linkcode InitServer.init}, in order:
+ *
+ *  1. the exchange: the request is sealed, its nonce names a held key pair
+ *     (taken: one use), it opens with it. Failures are plain statuses (no
+ *     logs: the caller proved nothing yet);
+ *  2. the init secret, bcrypt-compared with the metadata's hash. Wrong: a
+ *     refusal (no logs), no lock, the server keeps serving;
+ *  3. this node's state: one Init at a time; after a join took the lock,
+ *     after a success, or after a failure past the lock, every Init is
+ *     refused naming why;
+ *  4. the parameters: storage and KMS URIs (only `cluster-kms`; the URI
+ *     holds the master secret and is never echoed), a 32-byte measurement
+ *     salt, the attestation config (same variant as this node), the
+ *     components, a usable client key;
+ *  5. measurement secret and cluster ID;
+ *  6. the node lock (`false`: a join took it). From here on the work runs
+ *     to its end even if the client goes away, and any failure is terminal
+ *     for this boot;
+ *  7. `onLocked()` (stops the join client);
+ *  8. the state disk's passphrase becomes the derived disk key;
+ *  9. the node state file (ControlPlane, the salt);
+ * 10. {@linkcode ClusterInitializer.initialize} → the admin kubeconfig;
+ * 11. `InitSuccessResponse` sealed to the client's key.
+ *
+ * A failure from step 3 on is streamed as `init_failure` with the error,
+ * then the node's logs in chunks, on every failed attempt; then the call
+ * ends with the error's status. No secret ever reaches a message or a log
+ * line.
+ *
+ * @module
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, type ServiceImpl } from "@connectrpc/connect";
+import bcrypt from "bcryptjs";
+import type { Issuer } from "../attestation/attestation.ts";
+import { parseAttestationConfig } from "../attestation/config.ts";
+import { connectCodeFor, type ExchangeFailure } from "../atls/errors.ts";
+import { generateKeyPair, type HpkeKeyPair } from "../atls/hpke.ts";
+import type { Clock } from "../clock.ts";
+import {
+  API,
+  type GetAttestationRequest,
+  type GetAttestationResponse,
+  GetAttestationResponseSchema,
+  type InitRequest,
+  InitRequestSchema,
+  type InitResponse,
+  InitResponseSchema,
+} from "../gen/init/init_pb.ts";
+import {
+  INIT_NONCE_LENGTH,
+  initReportData,
+  type InitRequestPlaintext,
+  isPublicKeyLength,
+  MEASUREMENT_SALT_LENGTH,
+  openInitRequest,
+  sealInitSuccess,
+} from "../init/protocol.ts";
+import { encodeComponents, type KubernetesComponent, parseComponents } from "../joinservice/components.ts";
+import { ClusterKms } from "../kms/cluster_kms.ts";
+import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../kms/keys.ts";
+import { type MasterSecret, parseKmsUri, parseStorageUri } from "../kms/uri.ts";
+import type { Logger } from "../log/logger.ts";
+import { asRejection, type CommonReason, Rejection, toConnectError } from "../rpc/rejection.ts";
+
+/** Options of every call that can wait. */
+export interface SignalOptions {
+  /** Aborts the call. */
+  signal?: AbortSignal;
+}
+
+/** The bcrypt hash of the cluster's init secret (the metadata API's `/initsecrethash`). */
+export interface InitSecretHash {
+  /** The hash, e.g. `$2a$10$…`. */
+  initSecretHash(options?: SignalOptions): Promise<string>;
+}
+
+/** The node lock (helper O's `NodeLock`). */
+export interface InitNodeLock {
+  /** True for exactly one caller ever (it marked PCR 15 with `clusterId`); false for every other. */
+  tryLock(clusterId: Uint8Array, options?: SignalOptions): Promise<boolean>;
+}
+
+/** The state disk (helper O's `LuksStateDisk`). */
+export interface StateDisk {
+  /** The LUKS UUID. */
+  uuid(options?: SignalOptions): Promise<string>;
+  /** Replaces the initial passphrase with `newKey` (raw bytes) and marks the disk initialized. */
+  changePassphrase(newKey: Uint8Array, options?: SignalOptions): Promise<void>;
+}
+
+/** What the node state file holds (reference §8.4). */
+export interface InitNodeState {
+  /** Always "ControlPlane" for the first node. */
+  role: "ControlPlane" | "Worker";
+  /** The cluster's measurement salt. */
+  measurementSalt: Uint8Array;
+}
+
+/** Writes the node state file (helper O's `writeNodeState(paths.nodeState, state)`). */
+export interface NodeStateWriter {
+  /** Writes `state` atomically. */
+  write(state: InitNodeState, options?: SignalOptions): Promise<void>;
+}
+
+/** What the cluster is initialized with (the opened request, checked). */
+export interface ClusterInitParameters {
+  /** Kubernetes version, e.g. "v1.30.2". */
+  kubernetesVersion: string;
+  /** Cluster name; "constellation" when the request left it empty. */
+  clusterName: string;
+  /** Extra API server certificate SANs. */
+  apiServerCertSans: string[];
+  /** Service CIDR; "" for kubeadm's default. */
+  serviceCidr: string;
+  /** Keep kube-proxy (conformance mode). */
+  conformanceMode: boolean;
+  /** Binaries to install before kubeadm runs. */
+  components: KubernetesComponent[];
+  /** The Helm releases JSON as sent (unused by this port; passed on). */
+  helmDeployments: Uint8Array;
+  /** The cluster's master secret and salt (for Secret `constellation-mastersecret`). */
+  masterSecret: MasterSecret;
+  /** The cluster's measurement salt (for ConfigMap `join-config`). */
+  measurementSalt: Uint8Array;
+  /** The attestation config JSON (for ConfigMap `join-config`), checked to parse for this node's variant. */
+  attestationConfig: string;
+  /** The cluster ID. */
+  clusterId: Uint8Array;
+}
+
+/** Runs `kubeadm init` and creates the objects the cluster's services read (cluster_init.ts). */
+export interface ClusterInitializer {
+  /** Initializes the cluster; resolves with the admin kubeconfig kubeadm wrote. */
+  initialize(params: ClusterInitParameters, options?: SignalOptions): Promise<{ kubeconfig: Uint8Array }>;
+}
+
+/** The node's logs (helper O's `JournalLogs`): bounded, secret-free. */
+export interface LogSource {
+  /** The recent logs. */
+  collect(options?: SignalOptions): Promise<Uint8Array>;
+}
+
+/** Everything {@linkcode InitServer} uses. */
+export interface InitServerDependencies {
+  /** Produces this node's evidence. */
+  issuer: Issuer;
+  /** The init secret's bcrypt hash. */
+  initSecretHash: InitSecretHash;
+  /** The node lock shared with the join client. */
+  lock: InitNodeLock;
+  /** Called once, right after this server took the lock (stops the join client). Must not throw. */
+  onLocked(): void;
+  /** The state disk. */
+  disk: StateDisk;
+  /** The node state file. */
+  nodeState: NodeStateWriter;
+  /** kubeadm and the cluster's objects. */
+  cluster: ClusterInitializer;
+  /** Logs streamed after a failure. */
+  logs: LogSource;
+  /** Time, for attestation key expiry. */
+  clock: Clock;
+  /** Where the server logs (never a secret). */
+  logger: Logger;
+}
+
+/** How long an attestation key is held after GetAttestation. */
+export const DEFAULT_ATTESTATION_KEY_LIFETIME_MS = 60_000;
+/** How many attestation keys are held at most. */
+export const DEFAULT_MAX_ATTESTATION_KEYS = 64;
+/** Size of one streamed log chunk. */
+export const DEFAULT_LOG_CHUNK_BYTES = 64 * 1024;
+/** Cluster name when the request leaves it empty. */
+export const DEFAULT_CLUSTER_NAME = "constellation";
+
+/** Options for {@linkcode InitServer}. */
+export interface InitServerOptions {
+  /** Default {@linkcode DEFAULT_ATTESTATION_KEY_LIFETIME_MS}. */
+  attestationKeyLifetimeMs?: number;
+  /** Default {@linkcode DEFAULT_MAX_ATTESTATION_KEYS}. */
+  maxAttestationKeys?: number;
+  /** Default {@linkcode DEFAULT_LOG_CHUNK_BYTES}. */
+  logChunkBytes?: number;
+}
+
+/** The init server's own refusal reasons. */
+export type InitServerReason =
+  | "nonce-unknown" // no attestation key for this nonce: never issued, or already used
+  | "nonce-reused" // GetAttestation for a nonce whose key is still held
+  | "attestation-capacity" // too many attestation keys held; retry later
+  | "attestation-unavailable" // the issuer could not produce evidence
+  | "request-unsealed" // the InitRequest is not sealed, or carries plaintext fields on the wire
+  | "malformed-request" // the opened request does not decode, or its client key is not 32 bytes
+  | "invalid-init-secret" // the init secret does not match the metadata's hash
+  | "init-secret-hash-unavailable" // the metadata's hash could not be read
+  | "invalid-parameters" // a URI, the salt, the attestation config, the components, the client key
+  | "init-running" // another Init is running on this node
+  | "already-activated" // a join took the node lock
+  | "already-initialized" // an earlier Init succeeded
+  | "failed-after-lock" // an earlier Init failed past the lock: terminal for this boot
+  | "lock-failed" // taking the lock failed (PCR 15 marking)
+  | "disk-failed" // changing the state disk's passphrase failed
+  | "node-state-failed" // writing the node state file failed
+  | "cluster-init-failed" // kubeadm or the cluster objects failed
+  | "seal-failed"; // sealing the success message failed
+
+/** Every reason an init-server rejection carries. */
+export type InitReason =
+  | InitServerReason
+  | Extract<ExchangeFailure, "nonce-malformed" | "nonce-expired" | "open-failed">
+  | CommonReason;
+
+const codes: Record<InitServerReason | CommonReason, Code> = {
+  "nonce-unknown": Code.PermissionDenied,
+  "nonce-reused": Code.InvalidArgument,
+  "attestation-capacity": Code.ResourceExhausted,
+  "attestation-unavailable": Code.Unavailable,
+  "request-unsealed": Code.InvalidArgument,
+  "malformed-request": Code.InvalidArgument,
+  "invalid-init-secret": Code.PermissionDenied,
+  "init-secret-hash-unavailable": Code.Unavailable,
+  "invalid-parameters": Code.InvalidArgument,
+  "init-running": Code.FailedPrecondition,
+  "already-activated": Code.FailedPrecondition,
+  "already-initialized": Code.FailedPrecondition,
+  "failed-after-lock": Code.FailedPrecondition,
+  "lock-failed": Code.Internal,
+  "disk-failed": Code.Internal,
+  "node-state-failed": Code.Internal,
+  "cluster-init-failed": Code.Internal,
+  "seal-failed": Code.Internal,
+  "canceled": Code.Canceled,
+  "deadline": Code.DeadlineExceeded,
+  "internal": Code.Internal,
+};
+
+/** A rejection of the init server for `reason`, with its code; `message` is what the client reads. */
+export function rejectInit(reason: InitReason, message: string, options?: { cause?: unknown }): Rejection {
+  const code = Object.hasOwn(codes, reason)
+    ? codes[reason as InitServerReason | CommonReason]
+    : connectCodeFor(reason as ExchangeFailure);
+  return new Rejection(reason, code, message, options);
+}
+
+/** Reasons whose refusal is not followed by the node's logs: the caller has not proven the init secret. */
+const NO_LOGS: ReadonlySet<string> = new Set<InitReason>([
+  "invalid-init-secret",
+  "init-secret-hash-unavailable",
+]);
+
+/** Where this node stands. */
+export type InitPhase =
+  | "idle" // accepting Init
+  | "running" // an Init is between its checks and its end
+  | "initialized" // an Init succeeded
+  | "failed" // an Init failed after the lock: terminal for this boot
+  | "taken"; // a join took the lock
+
+/** How the Init that took the lock ended. */
+export type InitOutcome =
+  | { ok: true; clusterId: Uint8Array }
+  | { ok: false; error: string };
+
+/** A held attestation key pair. */
+interface HeldKey {
+  keyPair: HpkeKeyPair;
+  reportData: Uint8Array<ArrayBuffer>;
+  expiresAt: number;
+}
+
+/** The attestation keys per nonce: short-lived, one use, bounded. */
+class AttestationKeys {
+  readonly #entries = new Map<string, HeldKey>();
+  readonly #pending = new Set<string>();
+  readonly #clock: Clock;
+  readonly #lifetimeMs: number;
+  readonly #max: number;
+
+  constructor(clock: Clock, lifetimeMs: number, max: number) {
+    this.#clock = clock;
+    this.#lifetimeMs = lifetimeMs;
+    this.#max = max;
+  }
+
+  /** Reserves a slot for `id` while its evidence is produced; throws when reused or full. */
+  reserve(id: string): void {
+    this.#prune();
+    if (this.#entries.has(id) || this.#pending.has(id)) {
+      throw rejectInit(
+        "nonce-reused",
+        "an attestation key for this nonce is already held: use a fresh nonce",
+      );
+    }
+    if (this.#entries.size + this.#pending.size >= this.#max) {
+      throw rejectInit(
+        "attestation-capacity",
+        `too many attestation keys held (${this.#max}); retry after ${this.#lifetimeMs / 1000} s`,
+      );
+    }
+    this.#pending.add(id);
+  }
+
+  /** Fills a reserved slot (or frees it, with no key). */
+  settle(id: string, key?: Omit<HeldKey, "expiresAt">): void {
+    this.#pending.delete(id);
+    if (key) this.#entries.set(id, { ...key, expiresAt: this.#clock.now() + this.#lifetimeMs });
+  }
+
+  /** Takes the key of `id` (one use). */
+  take(id: string): HeldKey | "expired" | "unknown" {
+    const entry = this.#entries.get(id);
+    if (!entry) return "unknown";
+    this.#entries.delete(id);
+    return this.#clock.now() < entry.expiresAt ? entry : "expired";
+  }
+
+  #prune(): void {
+    const now = this.#clock.now();
+    for (const [id, entry] of this.#entries) if (now >= entry.expiresAt) this.#entries.delete(id);
+  }
+}
+
+/** An opened request and what answering it needs. */
+interface OpenedRequest {
+  request: InitRequestPlaintext;
+  reportData: Uint8Array<ArrayBuffer>;
+}
+
+/** The `init.API` handler. */
+export class InitServer {
+  readonly #deps: InitServerDependencies;
+  readonly #keys: AttestationKeys;
+  readonly #logChunkBytes: number;
+  readonly #lifetime = new AbortController();
+  readonly #outcome = Promise.withResolvers<InitOutcome>();
+  #phase: InitPhase = "idle";
+  /** Why the phase is terminal ("failed"), for later refusals. */
+  #failure = "";
+  #hash: string | undefined;
+
+  /** A handler over `deps`. */
+  constructor(deps: InitServerDependencies, options: InitServerOptions = {}) {
+    this.#deps = deps;
+    this.#keys = new AttestationKeys(
+      deps.clock,
+      options.attestationKeyLifetimeMs ?? DEFAULT_ATTESTATION_KEY_LIFETIME_MS,
+      options.maxAttestationKeys ?? DEFAULT_MAX_ATTESTATION_KEYS,
+    );
+    this.#logChunkBytes = options.logChunkBytes ?? DEFAULT_LOG_CHUNK_BYTES;
+    if (!(this.#logChunkBytes > 0)) throw new RangeError("logChunkBytes must be positive");
+  }
+
+  /** Where this node stands. */
+  get phase(): InitPhase {
+    return this.#phase;
+  }
+
+  /**
+   * Settles once an Init that took the lock has ended: success (the lead
+   * stops the server and exits 0) or a terminal failure (exit non-zero).
+   * Never settles when a join took the lock instead.
+   */
+  get outcome(): Promise<InitOutcome> {
+    return this.#outcome.promise;
+  }
+
+  /** Aborts work past the lock (the server is stopping). Idempotent. */
+  close(): void {
+    this.#lifetime.abort(new DOMException("init server stopped", "AbortError"));
+  }
+
+  /** The `init.API` implementation, for a Connect router. */
+  handlers(): ServiceImpl<typeof API> {
+    return {
+      getAttestation: async (request, context) => {
+        try {
+          return await this.getAttestation(request, { signal: context.signal });
+        } catch (error) {
+          throw toConnectError(asRejection(error));
+        }
+      },
+      init: (request, context) => connectErrors(this.init(request, { signal: context.signal })),
+    };
+  }
+
+  /** A fresh key pair and evidence binding it to the client's 32-byte nonce; the key is held for one Init. */
+  async getAttestation(
+    request: GetAttestationRequest,
+    options: SignalOptions = {},
+  ): Promise<GetAttestationResponse> {
+    const { nonce } = request;
+    if (nonce.length !== INIT_NONCE_LENGTH) {
+      throw rejectInit("nonce-malformed", `nonce must be ${INIT_NONCE_LENGTH} bytes, got ${nonce.length}`);
+    }
+    const id = nonce.toHex();
+    this.#keys.reserve(id);
+    let held: Omit<HeldKey, "expiresAt"> | undefined;
+    try {
+      const keyPair = await generateKeyPair();
+      const reportData = await initReportData(nonce, keyPair.publicKey);
+      let document: Uint8Array;
+      try {
+        document = await this.#deps.issuer.issue(reportData, options);
+      } catch (error) {
+        this.#deps.logger.warn("cannot produce attestation evidence", { error });
+        throw rejectInit(
+          "attestation-unavailable",
+          "this node cannot produce attestation evidence now; retry",
+          {
+            cause: error,
+          },
+        );
+      }
+      held = { keyPair, reportData };
+      return create(GetAttestationResponseSchema, {
+        publicKey: keyPair.publicKey,
+        evidence: { variant: this.#deps.issuer.variant, document },
+      });
+    } finally {
+      this.#keys.settle(id, held);
+    }
+  }
+
+  /**
+   * Runs an Init: yields `init_success` (sealed), or `init_failure` and the
+   * node's logs and then throws the {@linkcode Rejection}. Exchange failures
+   * throw without yielding.
+   */
+  async *init(request: InitRequest, options: SignalOptions = {}): AsyncGenerator<InitResponse> {
+    const opened = await this.#open(request);
+    const { logger } = this.#deps;
+    logger.info("Init called");
+    let sealed;
+    try {
+      sealed = await this.#initialize(opened, options);
+    } catch (error) {
+      const rejection = asRejection(error);
+      logger.error("Init failed", {
+        reason: rejection.reason,
+        error: rejection.message,
+        cause: rejection.cause,
+      });
+      yield create(InitResponseSchema, {
+        kind: { case: "initFailure", value: { error: rejection.message } },
+      });
+      if (!NO_LOGS.has(rejection.reason)) yield* this.#logChunks(options);
+      throw rejection;
+    }
+    logger.info("Init succeeded");
+    yield create(InitResponseSchema, { kind: { case: "initSuccess", value: { sealed } } });
+  }
+
+  /** Step 1: the exchange. */
+  async #open(request: InitRequest): Promise<OpenedRequest> {
+    if (!request.sealed) {
+      throw rejectInit("request-unsealed", "InitRequest must be sealed to the key from GetAttestation");
+    }
+    const onWire = create(InitRequestSchema, {
+      ...request,
+      sealed: undefined,
+      attestationNonce: new Uint8Array(0),
+    });
+    if (toBinary(InitRequestSchema, onWire).length > 0) {
+      throw rejectInit(
+        "request-unsealed",
+        "InitRequest carries plaintext fields on the wire; only sealed and attestation_nonce may be set",
+      );
+    }
+    const nonce = request.attestationNonce;
+    if (nonce.length !== INIT_NONCE_LENGTH) {
+      throw rejectInit(
+        "nonce-malformed",
+        `attestation_nonce must be ${INIT_NONCE_LENGTH} bytes, got ${nonce.length}`,
+      );
+    }
+    const held = this.#keys.take(nonce.toHex());
+    if (held === "unknown") {
+      throw rejectInit(
+        "nonce-unknown",
+        "no attestation key for this nonce (never issued, or already used): call GetAttestation again",
+      );
+    }
+    if (held === "expired") {
+      throw rejectInit(
+        "nonce-expired",
+        "the attestation key for this nonce expired: call GetAttestation again",
+      );
+    }
+    let opened: InitRequestPlaintext;
+    try {
+      opened = await openInitRequest(held.keyPair, request.sealed, held.reportData);
+    } catch (error) {
+      throw rejectInit(
+        "open-failed",
+        "InitRequest does not open with the attested key (sealed to another key, exchange or purpose, or tampered)",
+        { cause: error },
+      );
+    }
+    if (!isPublicKeyLength(opened.clientPublicKey)) {
+      throw rejectInit(
+        "malformed-request",
+        `client_public_key must be 32 bytes (X25519), got ${opened.clientPublicKey.length}`,
+      );
+    }
+    return { request: opened, reportData: held.reportData };
+  }
+
+  /** Steps 2-11; resolves with the sealed success. */
+  async #initialize(opened: OpenedRequest, options: SignalOptions) {
+    const { request } = opened;
+    await this.#checkInitSecret(request.initSecret, options);
+    this.#enter();
+    let locked = false;
+    try {
+      const checked = await this.#checkParameters(opened);
+      const kms = new ClusterKms(checked.masterSecret.key, checked.masterSecret.salt);
+      const measurementSecret = await deriveMeasurementSecret(kms);
+      const clusterId = await deriveClusterId(measurementSecret, checked.measurementSalt);
+      measurementSecret.fill(0);
+
+      locked = await this.#lock(clusterId);
+      // Past the lock the work is the node's, not the caller's: it runs to its end.
+      const signal = this.#lifetime.signal;
+      const deps = this.#deps;
+      try {
+        deps.onLocked();
+      } catch (error) {
+        deps.logger.warn("stopping the join client failed", { error });
+      }
+
+      await step("disk-failed", "setting up disk", async () => {
+        const uuid = await deps.disk.uuid({ signal });
+        const diskKey = await deriveStateDiskKey(kms, uuid);
+        try {
+          await deps.disk.changePassphrase(diskKey, { signal });
+        } finally {
+          diskKey.fill(0);
+        }
+      });
+      deps.logger.info("state disk set up");
+      await step(
+        "node-state-failed",
+        "persisting node state",
+        () =>
+          deps.nodeState.write({ role: "ControlPlane", measurementSalt: checked.measurementSalt }, {
+            signal,
+          }),
+      );
+      const { kubeconfig } = await step(
+        "cluster-init-failed",
+        "initializing cluster",
+        () => deps.cluster.initialize({ ...checked, clusterId }, { signal }),
+      );
+      const sealed = await step(
+        "seal-failed",
+        "sealing the result",
+        () => sealInitSuccess({ kubeconfig, clusterId }, request.clientPublicKey, opened.reportData),
+      );
+      this.#phase = "initialized";
+      this.#outcome.resolve({ ok: true, clusterId });
+      return sealed;
+    } catch (error) {
+      if (locked || this.#phase === "failed") {
+        const rejection = asRejection(error);
+        this.#phase = "failed";
+        this.#failure = rejection.message;
+        this.#outcome.resolve({ ok: false, error: rejection.message });
+      } else if (this.#phase === "running") {
+        this.#phase = "idle";
+      }
+      throw error;
+    }
+  }
+
+  /** Step 2: bcrypt against the metadata's hash (fetched once successfully, then kept). */
+  async #checkInitSecret(secret: Uint8Array, options: SignalOptions): Promise<void> {
+    if (this.#hash === undefined) {
+      let hash: string;
+      try {
+        hash = await this.#deps.initSecretHash.initSecretHash(options);
+      } catch (error) {
+        throw rejectInit(
+          "init-secret-hash-unavailable",
+          "the init secret hash is unavailable from the metadata API",
+          {
+            cause: error,
+          },
+        );
+      }
+      if (hash === "") {
+        throw rejectInit("init-secret-hash-unavailable", "the metadata API's init secret hash is empty");
+      }
+      this.#hash = hash;
+    }
+    let password: string;
+    try {
+      password = new TextDecoder("utf-8", { fatal: true }).decode(secret);
+    } catch {
+      throw rejectInit("invalid-init-secret", "invalid init secret");
+    }
+    let matches: boolean;
+    try {
+      matches = secret.length > 0 && await bcrypt.compare(password, this.#hash);
+    } catch (error) {
+      throw rejectInit(
+        "init-secret-hash-unavailable",
+        "the metadata API's init secret hash is not a bcrypt hash",
+        {
+          cause: error,
+        },
+      );
+    }
+    if (!matches) throw rejectInit("invalid-init-secret", "invalid init secret");
+  }
+
+  /** Step 3: one Init at a time, and none after the lock went elsewhere or an Init ran past it. */
+  #enter(): void {
+    switch (this.#phase) {
+      case "idle":
+        this.#phase = "running";
+        return;
+      case "running":
+        throw rejectInit("init-running", "an Init is already running on this node");
+      case "initialized":
+        throw rejectInit("already-initialized", "this node is already initialized");
+      case "taken":
+        throw rejectInit(
+          "already-activated",
+          "node is already being activated: it is joining an existing cluster (a join took the node lock)",
+        );
+      case "failed":
+        throw rejectInit(
+          "failed-after-lock",
+          `an earlier Init failed after this node was locked (${this.#failure}); wipe the node and retry`,
+        );
+    }
+  }
+
+  /** Step 4: everything checkable before the lock. */
+  async #checkParameters(opened: OpenedRequest) {
+    const { request } = opened;
+    const invalid = (message: string, cause?: unknown) =>
+      rejectInit("invalid-parameters", message, { cause });
+    try {
+      if (request.storageUri !== "") parseStorageUri(request.storageUri);
+    } catch (error) {
+      throw invalid(`storage_uri: ${(error as Error).message}`, error);
+    }
+    let masterSecret: MasterSecret;
+    try {
+      masterSecret = parseKmsUri(request.kmsUri);
+      new ClusterKms(masterSecret.key, masterSecret.salt);
+    } catch (error) {
+      // KmsError messages name parameters, never values: the URI holds the master secret.
+      throw invalid(`kms_uri: ${(error as Error).message}`, error);
+    }
+    if (request.measurementSalt.length !== MEASUREMENT_SALT_LENGTH) {
+      throw invalid(
+        `measurement_salt must be ${MEASUREMENT_SALT_LENGTH} bytes, got ${request.measurementSalt.length}`,
+      );
+    }
+    try {
+      parseAttestationConfig(request.attestationConfig, {
+        variant: this.#deps.issuer.variant,
+        source: "attestation_config",
+      });
+    } catch (error) {
+      throw invalid((error as Error).message, error);
+    }
+    if (request.kubernetesVersion === "") throw invalid("kubernetes_version is empty");
+    let components: KubernetesComponent[];
+    try {
+      components = parseComponents(encodeComponents(request.kubernetesComponents));
+    } catch (error) {
+      throw invalid(`kubernetes_components: ${(error as Error).message}`, error);
+    }
+    // The result is sealed to this key after kubeadm ran: make sure now that it can be.
+    try {
+      await sealInitSuccess(
+        { kubeconfig: new Uint8Array(0), clusterId: new Uint8Array(0) },
+        request.clientPublicKey,
+        opened.reportData,
+      );
+    } catch (error) {
+      throw invalid("client_public_key is not a usable X25519 public key", error);
+    }
+    return {
+      kubernetesVersion: request.kubernetesVersion,
+      clusterName: request.clusterName || DEFAULT_CLUSTER_NAME,
+      apiServerCertSans: [...request.apiserverCertSans],
+      serviceCidr: request.serviceCidr,
+      conformanceMode: request.conformanceMode,
+      components,
+      helmDeployments: request.helmDeployments,
+      masterSecret,
+      measurementSalt: request.measurementSalt,
+      attestationConfig: request.attestationConfig,
+    };
+  }
+
+  /** Step 6: the lock; true when taken (a failure to mark still counts as taken: no way back). */
+  async #lock(clusterId: Uint8Array): Promise<boolean> {
+    let won: boolean;
+    try {
+      won = await this.#deps.lock.tryLock(clusterId, { signal: this.#lifetime.signal });
+    } catch (error) {
+      this.#deps.logger.error("locking the node failed", { error });
+      // The lock is taken even though marking failed (helper O's NodeLock): terminal.
+      this.#phase = "failed";
+      throw rejectInit("lock-failed", `locking node: ${(error as Error).message}`, { cause: error });
+    }
+    if (!won) {
+      this.#phase = "taken";
+      this.#deps.logger.warn("Init refused: a join took the node lock");
+      throw rejectInit(
+        "already-activated",
+        "node is already being activated: it is joining an existing cluster (a join took the node lock)",
+      );
+    }
+    this.#deps.logger.info("node locked to the cluster");
+    return true;
+  }
+
+  /** The node's logs as `log` messages of at most the chunk size; a collection failure is one last chunk. */
+  async *#logChunks(options: SignalOptions): AsyncGenerator<InitResponse> {
+    let logs: Uint8Array;
+    try {
+      logs = await this.#deps.logs.collect(options);
+    } catch (error) {
+      this.#deps.logger.warn("collecting logs failed", { error });
+      logs = new TextEncoder().encode(`(the node's logs are unavailable: ${(error as Error).message})\n`);
+    }
+    for (let offset = 0; offset < logs.length; offset += this.#logChunkBytes) {
+      const log = logs.subarray(offset, offset + this.#logChunkBytes);
+      yield create(InitResponseSchema, { kind: { case: "log", value: { log } } });
+    }
+  }
+}
+
+/** Runs a step past the lock; its failure is a rejection for `reason` whose message starts with `what`. */
+async function step<T>(reason: InitServerReason, what: string, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    const detail = error instanceof Error ? error.message : String(error);
+    throw rejectInit(reason, `${what}: ${detail}`, { cause: error });
+  }
+}
+
+/** Passes a stream through, turning a thrown rejection into the ConnectError a handler returns. */
+async function* connectErrors<T>(stream: AsyncGenerator<T>): AsyncGenerator<T> {
+  try {
+    yield* stream;
+  } catch (error) {
+    throw toConnectError(asRejection(error));
+  }
+}

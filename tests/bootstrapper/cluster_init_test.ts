@@ -1,0 +1,173 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { parseAttestationConfig } from "../../src/attestation/config.ts";
+import { KubeadmClusterInitializer, type KubeadmInitInput } from "../../src/bootstrapper/cluster_init.ts";
+import type { ClusterInitParameters } from "../../src/bootstrapper/initserver.ts";
+import { componentsSource } from "../../src/joinservice/components.ts";
+import { ClusterKms } from "../../src/kms/cluster_kms.ts";
+import { deriveMeasurementSecret } from "../../src/kms/keys.ts";
+import { KubernetesClient } from "../../src/kubernetes/client.ts";
+import { loadKubeconfig } from "../../src/kubernetes/kubeconfig.ts";
+import { parseKmsUri } from "../../src/kms/uri.ts";
+import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserver.ts";
+import { DUMMY_ATTESTATION_CONFIG, KMS_URI, MEASUREMENT_SALT } from "../support/init_fakes.ts";
+
+const ns = "/api/v1/namespaces/kube-system";
+
+function parameters(overrides: Partial<ClusterInitParameters> = {}): ClusterInitParameters {
+  return {
+    kubernetesVersion: "v1.30.2",
+    clusterName: "test-cluster",
+    apiServerCertSans: ["api.example"],
+    serviceCidr: "",
+    conformanceMode: false,
+    components: [{
+      url: "https://example/kubeadm",
+      hash: `sha256:${"ab".repeat(32)}`,
+      installPath: "/run/state/bin/kubeadm",
+      extract: false,
+    }],
+    helmDeployments: new Uint8Array(0),
+    masterSecret: parseKmsUri(KMS_URI),
+    measurementSalt: MEASUREMENT_SALT,
+    attestationConfig: DUMMY_ATTESTATION_CONFIG,
+    clusterId: new Uint8Array(32).fill(1),
+    ...overrides,
+  };
+}
+
+/** An initializer whose fake kubeadm writes an admin.conf for `server` into a temp root. */
+async function setup(server: FakeApiServer, options: { kubeadmFails?: boolean } = {}) {
+  const root = await Deno.makeTempDir({ prefix: "cluster-init-" });
+  const adminConf = join(root, "admin.conf");
+  const kubeadmCalls: { config: string; input: KubeadmInitInput }[] = [];
+  const installed: string[] = [];
+  const initializer = new KubeadmClusterInitializer<string>({
+    kubeadm: {
+      async init(config) {
+        kubeadmCalls.push({ config, input: JSON.parse(config) });
+        if (options.kubeadmFails) throw new Error("kubeadm: exit status 1: [preflight] failed");
+        await Deno.writeTextFile(adminConf, server.kubeconfig());
+      },
+    },
+    kubeadmConfig: (input) => JSON.stringify(input),
+    metadata: {
+      self: () => Promise.resolve({ name: "Control.Plane_0", vpcIp: "10.0.0.2" }),
+      endpoint: () => Promise.resolve({ host: "10.0.0.100", port: 6443 }),
+    },
+    components: {
+      install: (components) => {
+        installed.push(...components.map((c) => c.installPath));
+        return Promise.resolve();
+      },
+    },
+    paths: { adminConf },
+    apiPollMs: 10,
+  });
+  return {
+    initializer,
+    kubeadmCalls,
+    installed,
+    adminConf,
+    async [Symbol.asyncDispose]() {
+      await Deno.remove(root, { recursive: true });
+    },
+  };
+}
+
+Deno.test("cluster init against the fake API server", async (t) => {
+  await using server = await startFakeApiServer();
+
+  await t.step("kubeadm runs with the node's identity; the objects the services read exist", async () => {
+    await using s = await setup(server);
+    const { kubeconfig } = await s.initializer.initialize(parameters());
+    assert.equal(new TextDecoder().decode(kubeconfig), server.kubeconfig());
+    assert.deepEqual(s.installed, ["/run/state/bin/kubeadm"]);
+    assert.deepEqual(s.kubeadmCalls[0].input, {
+      kubernetesVersion: "v1.30.2",
+      clusterName: "test-cluster",
+      nodeName: "control.plane-0",
+      nodeIp: "10.0.0.2",
+      controlPlaneEndpoint: "10.0.0.100",
+      certSans: ["10.0.0.2", "api.example"],
+      serviceCidr: "",
+      conformanceMode: false,
+    });
+
+    // Key service: /var/config/{mastersecret,salt} from the Secret.
+    const secret = server.getObject(`${ns}/secrets/constellation-mastersecret`) as {
+      data: Record<string, string>;
+    };
+    const key = Uint8Array.fromBase64(secret.data.mastersecret);
+    const salt = Uint8Array.fromBase64(secret.data.salt);
+    assert.equal(key.toHex(), "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f");
+    assert.equal(
+      (await deriveMeasurementSecret(new ClusterKms(key, salt))).toHex(),
+      "ea7fedd14f5a29b1b8545592fc20bfdae06918e4ff447b1a0b8e4f3356005bda",
+    );
+
+    // Join service: /var/config/{attestationConfig,measurementSalt} from join-config.
+    const joinConfig = server.getObject(`${ns}/configmaps/join-config`) as {
+      data: Record<string, string>;
+      binaryData: Record<string, string>;
+    };
+    parseAttestationConfig(joinConfig.data.attestationConfig, { variant: "dummy" });
+    assert.deepEqual(Uint8Array.fromBase64(joinConfig.binaryData.measurementSalt), MEASUREMENT_SALT);
+    assert.deepEqual(server.getObject(`${ns}/configmaps/internal-config`)?.data ?? {}, {});
+
+    // Join service: components through the NodeVersion, read with its own code.
+    using client = new KubernetesClient(await loadKubeconfig(s.adminConf));
+    const components = await componentsSource({ client }).current({});
+    assert.match(components.configMapName, /^k8s-components-sha256-[0-9a-f]{64}$/);
+    assert.deepEqual(components.components, parameters().components);
+    const nodeVersion = server.getObject(
+      "/apis/update.edgeless.systems/v1alpha1/nodeversions/constellation-version",
+    ) as {
+      spec: Record<string, string>;
+    };
+    assert.equal(nodeVersion.spec.kubernetesClusterVersion, "v1.30.2");
+    const componentsMap = server.getObject(`${ns}/configmaps/${components.configMapName}`);
+    assert.equal(componentsMap?.immutable, true);
+  });
+
+  await t.step(
+    "idempotent: a second run leaves the objects as they are; changed content is replaced",
+    async () => {
+      await using s = await setup(server);
+      const before = server.getObject(`${ns}/secrets/constellation-mastersecret`)?.metadata as {
+        resourceVersion: string;
+      };
+      await s.initializer.initialize(parameters());
+      const after = server.getObject(`${ns}/secrets/constellation-mastersecret`)?.metadata as {
+        resourceVersion: string;
+      };
+      assert.equal(after.resourceVersion, before.resourceVersion);
+      await s.initializer.initialize(parameters({ measurementSalt: new Uint8Array(32).fill(0xbb) }));
+      const joinConfig = server.getObject(`${ns}/configmaps/join-config`) as {
+        binaryData: Record<string, string>;
+      };
+      assert.deepEqual(
+        Uint8Array.fromBase64(joinConfig.binaryData.measurementSalt),
+        new Uint8Array(32).fill(0xbb),
+      );
+    },
+  );
+
+  await t.step("the API server still starting: calls are repeated until it answers", async () => {
+    await using s = await setup(server);
+    server.failNext(3, "unavailable");
+    await s.initializer.initialize(parameters());
+  });
+
+  await t.step("kubeadm failing: a ClusterInitError naming kubeadm init, no objects touched", async () => {
+    await using s = await setup(server, { kubeadmFails: true });
+    const requests = server.requests.length;
+    await assert.rejects(s.initializer.initialize(parameters()), (error: Error & { reason?: string }) => {
+      assert.equal(error.name, "ClusterInitError");
+      assert.equal(error.reason, "kubeadm");
+      assert.match(error.message, /^kubeadm init: kubeadm: exit status 1/);
+      return true;
+    });
+    assert.equal(server.requests.length, requests);
+  });
+});

@@ -1,0 +1,361 @@
+import assert from "node:assert/strict";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { generateKeyPair } from "../../src/atls/hpke.ts";
+import { API, type InitResponse } from "../../src/gen/init/init_pb.ts";
+import { initCluster, type InitError, type InitParameters } from "../../src/init/client.ts";
+import { initReportData, sealInitRequest } from "../../src/init/protocol.ts";
+import { DEFAULT_ATTESTATION_KEY_LIFETIME_MS } from "../../src/bootstrapper/initserver.ts";
+import {
+  CLUSTER_ID,
+  DISK_KEY,
+  FAKE_KUBECONFIG,
+  FAKE_NODE_LOGS,
+  fakeInitDependencies,
+  type InitFakeOverrides,
+  initParameters,
+  type InitWorld,
+  MEASUREMENT_SALT,
+  SECRETS,
+} from "../support/init_fakes.ts";
+
+const decoder = new TextDecoder();
+
+/** Every message and log line the tests saw, scanned for secrets at the end. */
+const seen: string[] = [];
+
+async function run(
+  world: InitWorld,
+  parameters: InitParameters = initParameters(),
+  onLog?: (c: Uint8Array) => void,
+) {
+  return await initCluster(parameters, { transport: world.transport, validator: world.validator, onLog });
+}
+
+async function refused(world: InitWorld, parameters?: InitParameters, onLog?: (c: Uint8Array) => void) {
+  const error = await run(world, parameters, onLog).then(
+    () => assert.fail("init succeeded"),
+    (e: InitError) => e,
+  );
+  assert.equal(error.name, "InitError");
+  seen.push(error.message, error.serverMessage ?? "", decoder.decode(error.logs));
+  return error;
+}
+
+function world(overrides: InitFakeOverrides = {}): InitWorld {
+  const w = fakeInitDependencies(overrides);
+  worlds.push(w);
+  return w;
+}
+const worlds: InitWorld[] = [];
+
+const successCalls = [
+  `lock ${CLUSTER_ID}`,
+  "onLocked",
+  "disk uuid",
+  `passphrase ${DISK_KEY}`,
+  `node state ControlPlane ${MEASUREMENT_SALT.toHex()}`,
+  "initialize test-cluster",
+];
+
+Deno.test("init server", async (t) => {
+  await t.step("success: the kubeconfig arrives sealed and opens; effects in reference order", async () => {
+    const w = world();
+    const result = await run(w);
+    assert.equal(decoder.decode(result.kubeconfig), FAKE_KUBECONFIG);
+    assert.equal(result.clusterId.toHex(), CLUSTER_ID);
+    assert.equal(result.ownerId.length, 0);
+    assert.deepEqual(w.calls, successCalls);
+    const params = w.initialized[0];
+    assert.equal(
+      params.masterSecret.key.toHex(),
+      "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+    );
+    assert.equal(params.measurementSalt.toHex(), MEASUREMENT_SALT.toHex());
+    assert.equal(params.components.length, 1);
+    assert.deepEqual(await w.server.outcome, { ok: true, clusterId: result.clusterId });
+    assert.equal(w.server.phase, "initialized");
+    const again = await refused(w);
+    assert.equal(again.code, Code.FailedPrecondition);
+    assert.match(again.message, /already initialized/);
+  });
+
+  await t.step("an empty cluster name becomes constellation", async () => {
+    const w = world();
+    await run(w, initParameters({ clusterName: "" }));
+    assert.equal(w.initialized[0].clusterName, "constellation");
+  });
+
+  await t.step("wrong init secret: refused, no lock, no logs, and the server keeps serving", async () => {
+    const w = world();
+    const error = await refused(w, initParameters({ initSecret: new TextEncoder().encode("wrong") }));
+    assert.equal(error.reason, "refused");
+    assert.equal(error.code, Code.PermissionDenied);
+    assert.equal(error.serverMessage, "invalid init secret");
+    assert.equal(error.logs.length, 0);
+    assert.deepEqual(w.calls, []);
+    assert.equal(w.server.phase, "idle");
+    await run(w);
+    assert.deepEqual(w.calls, successCalls);
+  });
+
+  await t.step(
+    "a second Init while one runs: FailedPrecondition with logs; the first completes",
+    async () => {
+      const gate = Promise.withResolvers<void>();
+      const w = world({ clusterGate: gate.promise });
+      const first = run(w);
+      while (!w.calls.includes("initialize test-cluster")) await new Promise((r) => setTimeout(r, 1));
+      const second = await refused(w);
+      assert.equal(second.code, Code.FailedPrecondition);
+      assert.match(second.serverMessage!, /already running/);
+      assert.equal(decoder.decode(second.logs), FAKE_NODE_LOGS);
+      gate.resolve();
+      assert.equal(decoder.decode((await first).kubeconfig), FAKE_KUBECONFIG);
+      assert.equal(w.calls.filter((c) => c.startsWith("lock")).length, 1);
+    },
+  );
+
+  await t.step(
+    "Init after a join took the lock: FailedPrecondition naming the join, every time",
+    async () => {
+      const w = world({ lockTakenByJoin: true });
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const error = await refused(w);
+        assert.equal(error.code, Code.FailedPrecondition);
+        assert.match(error.serverMessage!, /node is already being activated: .*join took the node lock/);
+        assert.equal(decoder.decode(error.logs), FAKE_NODE_LOGS);
+      }
+      // The lock was asked once; the second Init was refused from the remembered state.
+      assert.deepEqual(w.calls, [`lock ${CLUSTER_ID}`]);
+      assert.equal(w.server.phase, "taken");
+    },
+  );
+
+  await t.step(
+    "kubeadm failure: the error then the logs, on every attempt; terminal for this boot",
+    async () => {
+      const w = world({ clusterFails: "kubeadm init: exit status 1: preflight failed" });
+      const first = await refused(w);
+      assert.equal(first.code, Code.Internal);
+      assert.equal(
+        first.serverMessage,
+        "initializing cluster: kubeadm init: exit status 1: preflight failed",
+      );
+      assert.equal(decoder.decode(first.logs), FAKE_NODE_LOGS);
+      assert.deepEqual(await w.server.outcome, {
+        ok: false,
+        error: "initializing cluster: kubeadm init: exit status 1: preflight failed",
+      });
+      const second = await refused(w);
+      assert.equal(second.code, Code.FailedPrecondition);
+      assert.match(
+        second.serverMessage!,
+        /earlier Init failed after this node was locked \(initializing cluster: kubeadm/,
+      );
+      assert.equal(decoder.decode(second.logs), FAKE_NODE_LOGS);
+      assert.equal(w.calls.filter((c) => c.startsWith("lock")).length, 1);
+    },
+  );
+
+  await t.step("a lock failure is terminal", async () => {
+    const w = world({ lock: { tryLock: () => Promise.reject(new Error("tpm2_pcrevent: exit status 1")) } });
+    const error = await refused(w);
+    assert.equal(error.code, Code.Internal);
+    assert.equal(error.serverMessage, "locking node: tpm2_pcrevent: exit status 1");
+    assert.equal(w.server.phase, "failed");
+    assert.equal((await refused(w)).code, Code.FailedPrecondition);
+  });
+
+  await t.step("log chunking: the logs arrive in chunks of the configured size", async () => {
+    const logs = "x".repeat(25);
+    const w = world({ clusterFails: "boom", nodeLogs: logs, options: { logChunkBytes: 10 } });
+    const chunks: number[] = [];
+    const error = await refused(w, undefined, (c) => chunks.push(c.length));
+    assert.deepEqual(chunks, [10, 10, 5]);
+    assert.equal(decoder.decode(error.logs), logs);
+  });
+
+  await t.step("a failing log source still ends with the error and one note", async () => {
+    const w = world({
+      clusterFails: "boom",
+      logs: { collect: () => Promise.reject(new Error("journalctl: not found")) },
+    });
+    const error = await refused(w);
+    assert.match(decoder.decode(error.logs), /logs are unavailable: journalctl: not found/);
+  });
+
+  await t.step("unknown or unsupported KMS scheme: refused before the lock, URI not echoed", async () => {
+    for (
+      const [uri, message] of [
+        ["kms://aws?key=AAAA&salt=BBBB", /kms_uri: KMS type aws is not supported/],
+        ["kms://vault?key=AAAA", /kms_uri: unknown KMS type: vault/],
+        ["vault://cluster-kms?key=AAAA", /kms_uri: invalid KMS URI: invalid scheme: vault/],
+      ] as const
+    ) {
+      const w = world();
+      const error = await refused(w, initParameters({ kmsUri: uri }));
+      assert.equal(error.code, Code.InvalidArgument);
+      assert.match(error.serverMessage!, message);
+      assert.ok(!error.message.includes("AAAA"));
+      assert.deepEqual(w.calls, []);
+      assert.equal(w.server.phase, "idle");
+    }
+  });
+
+  await t.step("bad measurement salt length: refused before the lock", async () => {
+    const w = world();
+    const error = await refused(w, initParameters({ measurementSalt: new Uint8Array(16) }));
+    assert.equal(error.code, Code.InvalidArgument);
+    assert.equal(error.serverMessage, "measurement_salt must be 32 bytes, got 16");
+    assert.deepEqual(w.calls, []);
+    await run(w);
+  });
+
+  await t.step("attestation config of another variant: refused before the lock", async () => {
+    const w = world();
+    const config = JSON.stringify({
+      variant: "qemu-vtpm",
+      measurements: { "4": { expected: "00".repeat(32), warnOnly: false } },
+      akTrust: { trustAnyKey: true },
+    });
+    const error = await refused(w, initParameters({ attestationConfig: config }));
+    assert.equal(error.code, Code.InvalidArgument);
+    assert.match(error.serverMessage!, /attestation_config/);
+    assert.deepEqual(w.calls, []);
+  });
+
+  const client = (w: InitWorld) => createClient(API, w.transport);
+  async function attested(w: InitWorld) {
+    const nonce = crypto.getRandomValues(new Uint8Array(32));
+    const response = await client(w).getAttestation({ nonce });
+    const reportData = await initReportData(nonce, response.publicKey);
+    const clientKeys = await generateKeyPair();
+    return { nonce, publicKey: response.publicKey, reportData, clientKeys };
+  }
+  /** Asserts that the stream fails with `code`; with `failureFirst`, after one init_failure message. */
+  async function rejects(
+    call: AsyncIterable<InitResponse>,
+    code: Code,
+    pattern: RegExp,
+    failureFirst = false,
+  ) {
+    try {
+      for await (const message of call) {
+        assert.ok(failureFirst && message.kind.case === "initFailure", "the stream yielded a message");
+        failureFirst = false;
+      }
+      assert.fail("the stream ended without an error");
+    } catch (error) {
+      assert.ok(error instanceof ConnectError, String(error));
+      assert.equal(error.code, code, error.rawMessage);
+      assert.match(error.rawMessage, pattern);
+      seen.push(error.rawMessage);
+    }
+  }
+
+  await t.step("wrongly sealed request: open-failed; unsealed: request-unsealed; no logs", async () => {
+    const w = world();
+    const a = await attested(w);
+    const other = await generateKeyPair();
+    const toOther = await sealInitRequest(
+      { ...initParameters(), clientPublicKey: a.clientKeys.publicKey } as never,
+      { publicKey: other.publicKey, reportData: a.reportData },
+    );
+    await rejects(
+      client(w).init({ sealed: toOther, attestationNonce: a.nonce }),
+      Code.InvalidArgument,
+      /open/,
+    );
+
+    const b = await attested(w);
+    await rejects(
+      client(w).init({ ...initParameters(), attestationNonce: b.nonce }),
+      Code.InvalidArgument,
+      /must be sealed/,
+    );
+    const sealed = await sealInitRequest(
+      { ...initParameters(), clientPublicKey: b.clientKeys.publicKey } as never,
+      b,
+    );
+    await rejects(
+      client(w).init({ sealed, attestationNonce: b.nonce, kmsUri: "kms://cluster-kms" }),
+      Code.InvalidArgument,
+      /plaintext fields on the wire/,
+    );
+    assert.deepEqual(w.calls, []);
+  });
+
+  await t.step("unknown, reused and expired nonces", async () => {
+    const w = world();
+    const a = await attested(w);
+    const sealed = await sealInitRequest(
+      {
+        ...initParameters({ initSecret: new Uint8Array([1]) }),
+        clientPublicKey: a.clientKeys.publicKey,
+      } as never,
+      a,
+    );
+    const request = { sealed, attestationNonce: a.nonce };
+    // First use: opened, then refused for the secret.
+    await rejects(client(w).init(request), Code.PermissionDenied, /invalid init secret/, true);
+    // Reused: the key is gone.
+    await rejects(client(w).init(request), Code.PermissionDenied, /no attestation key for this nonce/);
+    // Never issued.
+    await rejects(
+      client(w).init({ sealed, attestationNonce: new Uint8Array(32).fill(7) }),
+      Code.PermissionDenied,
+      /no attestation key/,
+    );
+    // Expired.
+    const b = await attested(w);
+    const late = await sealInitRequest(
+      { ...initParameters(), clientPublicKey: b.clientKeys.publicKey } as never,
+      b,
+    );
+    w.clock.advance(DEFAULT_ATTESTATION_KEY_LIFETIME_MS);
+    await rejects(
+      client(w).init({ sealed: late, attestationNonce: b.nonce }),
+      Code.PermissionDenied,
+      /expired/,
+    );
+    // Malformed nonce.
+    await rejects(
+      client(w).init({ sealed: late, attestationNonce: new Uint8Array(8) }),
+      Code.InvalidArgument,
+      /32 bytes/,
+    );
+    assert.deepEqual(w.calls, []);
+  });
+
+  await t.step("GetAttestation: malformed nonce, a nonce twice, a full key map", async () => {
+    const w = world({ options: { maxAttestationKeys: 2 } });
+    const expectCode = async (call: Promise<unknown>, code: Code) => {
+      const error = await call.then(() => assert.fail("succeeded"), (e) => e);
+      assert.ok(error instanceof ConnectError);
+      assert.equal(error.code, code, error.rawMessage);
+    };
+    await expectCode(client(w).getAttestation({ nonce: new Uint8Array(31) }), Code.InvalidArgument);
+    const nonce = new Uint8Array(32).fill(1);
+    await client(w).getAttestation({ nonce });
+    await expectCode(client(w).getAttestation({ nonce }), Code.InvalidArgument);
+    await client(w).getAttestation({ nonce: new Uint8Array(32).fill(2) });
+    await expectCode(client(w).getAttestation({ nonce: new Uint8Array(32).fill(3) }), Code.ResourceExhausted);
+    // Expired keys make room.
+    w.clock.advance(DEFAULT_ATTESTATION_KEY_LIFETIME_MS);
+    await client(w).getAttestation({ nonce: new Uint8Array(32).fill(3) });
+  });
+
+  await t.step("an issuer failure: Unavailable, and the client says unavailable", async () => {
+    const w = world({ issuer: { variant: "dummy", issue: () => Promise.reject(new Error("TPM gone")) } });
+    const error = await run(w).then(() => assert.fail("succeeded"), (e: InitError) => e);
+    assert.equal(error.reason, "unavailable");
+  });
+
+  await t.step("no secret in any error message or log line", () => {
+    const lines = [...seen, ...worlds.flatMap((w) => w.logLines)];
+    assert.ok(lines.length > 20);
+    for (const line of lines) {
+      for (const secret of SECRETS) assert.ok(!line.includes(secret), `a line holds a secret: ${line}`);
+    }
+  });
+});
