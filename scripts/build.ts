@@ -6,7 +6,8 @@
  * explicit `--allow-*` flags, so one definition serves `deno run -P`, the
  * tests and the artifacts.
  *
- * Every component is first bundled (`deno bundle`) into `dist/<name>.js`.
+ * Every component is first bundled into `dist/<name>.js` by esbuild, installed
+ * from package.json like every other dependency (see {@linkcode ESBUILD_FLAGS}).
  *
  * - With `DENORT_BIN` set (a `denort` runtime for `deno compile`, which cannot
  *   be downloaded on our machines): the bundle is compiled (`deno compile`
@@ -125,21 +126,43 @@ exec "\${DENO:-deno}" run --no-config --no-prompt ${
 `;
 }
 
-async function deno(args: string[], cwd: string): Promise<void> {
+/**
+ * esbuild flags that give the bundle `deno bundle --platform=deno --minify`
+ * gives (Deno 2.9.6 runs the same esbuild, 0.25.5; the bundles hold the same
+ * modules). `deno bundle` would download its own esbuild with Deno's HTTP
+ * client on first use, outside `npm ci`, and fail on a machine whose
+ * registry access needs a CA that only npm is given.
+ */
+export const ESBUILD_FLAGS: readonly string[] = [
+  "--bundle",
+  "--format=esm",
+  "--platform=node",
+  "--minify",
+  "--log-level=warning",
+  // Pick the packages' entry points Deno's bundler picks: ES modules first, the deno and node conditions.
+  "--main-fields=module,main",
+  "--conditions=deno,node",
+  // CommonJS modules in the bundle call require() (e.g. yaml, reflect-metadata): give them Deno's, as
+  // `deno bundle` does, instead of esbuild's stub that throws in an ES module.
+  `--banner:js=import{createRequire}from"node:module";const require=createRequire(import.meta.url);`,
+];
+
+/** Runs `program args` in `cwd` (a program on PATH: node_modules/.bin under `deno task`). */
+async function run(program: "deno" | "esbuild", args: string[], cwd: string): Promise<void> {
   let output: Deno.CommandOutput;
   try {
-    output = await new Deno.Command("deno", { args, cwd, stdin: "null" }).output();
+    output = await new Deno.Command(program, { args, cwd, stdin: "null" }).output();
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) {
       throw new BuildError(
-        "deno is not on PATH (run through `deno task build`, or add node_modules/.bin to PATH)",
+        `${program} is not on PATH (run \`npm ci\`, then \`deno task build\`; or add node_modules/.bin to PATH)`,
       );
     }
     throw err;
   }
   if (!output.success) {
     const stderr = new TextDecoder().decode(output.stderr).trim();
-    throw new BuildError(`deno ${args[0]} failed (exit ${output.code}):\n${stderr}`);
+    throw new BuildError(`${program} ${args[0]} failed (exit ${output.code}):\n${stderr}`);
   }
 }
 
@@ -152,10 +175,14 @@ export async function buildComponent(root: string, config: unknown, component: C
   const flags = permissionFlags(config, component.permissionSet);
   const out = `dist/${component.name}`;
   await Deno.mkdir(`${root}/dist`, { recursive: true });
-  await deno(["bundle", "--quiet", "--platform=deno", "--minify", "-o", `${out}.js`, component.entry], root);
+  await run("esbuild", [component.entry, ...ESBUILD_FLAGS, `--outfile=${out}.js`], root);
   if (Deno.env.get("DENORT_BIN")) {
     // Compiling the bundle, not the entry, embeds one file instead of all of node_modules.
-    await deno(["compile", "--quiet", "--no-config", "--no-prompt", ...flags, "-o", out, `${out}.js`], root);
+    await run(
+      "deno",
+      ["compile", "--quiet", "--no-config", "--no-prompt", ...flags, "-o", out, `${out}.js`],
+      root,
+    );
     await Deno.remove(`${root}/${out}.js`);
     return [
       `${out} (${formatSize((await Deno.stat(`${root}/${out}`)).size)}, deno compile: ${flags.join(" ")})`,
@@ -164,7 +191,7 @@ export async function buildComponent(root: string, config: unknown, component: C
   await Deno.writeTextFile(`${root}/${out}`, launcherScript(component, flags));
   await Deno.chmod(`${root}/${out}`, 0o755);
   return [
-    `${out}.js (${formatSize((await Deno.stat(`${root}/${out}.js`)).size)}, deno bundle)`,
+    `${out}.js (${formatSize((await Deno.stat(`${root}/${out}.js`)).size)}, esbuild)`,
     `${out} (launcher: ${flags.join(" ")})`,
   ];
 }

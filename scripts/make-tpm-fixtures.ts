@@ -18,7 +18,6 @@
  *
  * @module
  */
-import { toHex } from "../src/attestation/attestation.ts";
 import { TpmIssuer } from "../src/attestation/tpm/issuer.ts";
 import { extendPcr15, readPcrs } from "../src/attestation/tpm/pcr.ts";
 import { runTpmTool } from "../src/attestation/tpm/tools.ts";
@@ -62,7 +61,7 @@ async function makeFixture(keyAlgorithm: "ecc" | "rsa"): Promise<void> {
   try {
     const tpm = { tcti: swtpm.tcti };
     for (const [index, event] of Object.entries(EVENTS)) {
-      const digest = toHex(await sha256(new TextEncoder().encode(event)));
+      const digest = (await sha256(new TextEncoder().encode(event))).toHex();
       await runTpmTool(tpm, "tpm2_pcrextend", [`${index}:sha256=${digest}`]);
     }
     await extendPcr15(tpm, CLUSTER_ID);
@@ -70,7 +69,7 @@ async function makeFixture(keyAlgorithm: "ecc" | "rsa"): Promise<void> {
     const expected = await expectedPcrs();
     const actual = await readPcrs(tpm, [...expected.keys()]);
     for (const [index, value] of expected) {
-      if (toHex(actual.get(index)!) !== toHex(value)) {
+      if (actual.get(index)!.toHex() !== value.toHex()) {
         throw new Error(`PCR ${index} differs from the expected value`);
       }
     }
@@ -88,9 +87,9 @@ async function makeFixture(keyAlgorithm: "ecc" | "rsa"): Promise<void> {
         description:
           `qemu-vtpm document from swtpm, ${keyAlgorithm} attestation key; made by scripts/make-tpm-fixtures.ts`,
         keyAlgorithm,
-        reportData: toHex(reportData),
+        reportData: reportData.toHex(),
         akDigest: await akDigest(document),
-        pcrs: Object.fromEntries([...expected].map(([index, value]) => [index, toHex(value)])),
+        pcrs: Object.fromEntries([...expected].map(([index, value]) => [index, value.toHex()])),
         document: JSON.parse(new TextDecoder().decode(document)),
       };
       await Deno.mkdir(OUT_DIR, { recursive: true });

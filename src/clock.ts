@@ -6,6 +6,7 @@
 
 /** A source of the current time in Unix milliseconds. */
 export interface Clock {
+  /** The current time, Unix milliseconds. */
   now(): number;
 }
 

@@ -6,13 +6,14 @@
  * machine-readable `reason`: nonce failures, structural failures of the
  * attested request, and the {@linkcode AttestationFailure} reasons of the
  * validator passed through unchanged (with their measurement mismatches and
- * the attestation key's digest, for audit lines). {@linkcode toConnectError}
- * turns any error into the status a handler returns. Messages name the reason
+ * the attestation key's digest, for audit lines). {@linkcode exchangeRejection}
+ * turns one into the rejection a handler returns. Messages name the reason
  * and never contain key material, nonces or plaintexts.
  *
  * @module
  */
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
+import { Rejection } from "../rpc/rejection.ts";
 import {
   AttestationError,
   type AttestationFailure,
@@ -45,6 +46,7 @@ export class ExchangeError extends Error {
   /** Hex SHA-256 of the rejected evidence's attestation key, when the validator got far enough to know it. */
   readonly keyDigest?: string;
 
+  /** An exchange failure for `reason`; the message names it and never holds a secret. */
   constructor(
     reason: ExchangeErrorReason,
     message: string,
@@ -106,41 +108,25 @@ function describeMismatches(mismatches: readonly MeasurementMismatch[]): string 
 }
 
 /**
- * Converts any error into the {@linkcode ConnectError} a handler returns.
- *
- * - {@linkcode ExchangeError} and {@linkcode AttestationError}: the code of
- *   their reason (PermissionDenied for nonce and attestation failures,
- *   InvalidArgument for malformed input, ResourceExhausted for a full nonce
- *   set, Unavailable when evidence could not be produced). The message names
- *   the reason; for a measurement mismatch it lists every mismatch
- *   (enforced and warn-only) instead of the validator's own wording.
- * - A {@linkcode ConnectError} is returned as is.
- * - An aborted or timed-out call maps to Canceled or DeadlineExceeded.
- * - Anything else is an Internal error whose message is withheld, because
- *   it may come from anywhere; log the original before converting it.
+ * An exchange failure as the {@linkcode Rejection} a service returns (an
+ * {@linkcode AttestationError} is taken as its {@linkcode ExchangeError}):
+ * the code of its reason (PermissionDenied for nonce and attestation
+ * failures, InvalidArgument for malformed input, ResourceExhausted for a
+ * full nonce set, Unavailable when evidence could not be produced), a
+ * message naming the reason (for a measurement mismatch, every mismatch,
+ * enforced and warn-only, instead of the validator's own wording), and the
+ * attestation key's digest for the audit line (never in the message).
  */
-export function toConnectError(err: unknown): ConnectError {
-  if (err instanceof ConnectError) return err;
-  const exchange = err instanceof ExchangeError
-    ? err
-    : err instanceof AttestationError
-    ? ExchangeError.fromAttestation(err)
-    : undefined;
-  if (exchange) {
-    // For a measurement mismatch the list is the whole story, in one format whatever the variant.
-    const detail = exchange.reason === "measurement-mismatch" && exchange.mismatches.length > 0
-      ? `measurements differ: ${describeMismatches(exchange.mismatches)}`
-      : exchange.message;
-    return new ConnectError(
-      `attested exchange rejected (${exchange.reason}): ${detail}`,
-      connectCodeFor(exchange.reason),
-    );
-  }
-  if (err instanceof DOMException && err.name === "TimeoutError") {
-    return new ConnectError("attested exchange timed out", Code.DeadlineExceeded);
-  }
-  if (err instanceof DOMException && err.name === "AbortError") {
-    return new ConnectError("attested exchange canceled", Code.Canceled);
-  }
-  return new ConnectError("internal error", Code.Internal);
+export function exchangeRejection(err: ExchangeError | AttestationError): Rejection {
+  const exchange = err instanceof ExchangeError ? err : ExchangeError.fromAttestation(err);
+  // For a measurement mismatch the list is the whole story, in one format whatever the variant.
+  const detail = exchange.reason === "measurement-mismatch" && exchange.mismatches.length > 0
+    ? `measurements differ: ${describeMismatches(exchange.mismatches)}`
+    : exchange.message;
+  return new Rejection(
+    exchange.reason,
+    connectCodeFor(exchange.reason),
+    `attested exchange rejected (${exchange.reason}): ${detail}`,
+    { keyDigest: exchange.keyDigest, cause: exchange },
+  );
 }

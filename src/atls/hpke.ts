@@ -29,7 +29,9 @@ export interface HpkeKeyPair {
 
 /** HPKE context binding: `info` goes into the key schedule, `aad` into the AEAD. */
 export interface SealBinding {
+  /** HPKE `info`: binds the seal to the protocol, purpose and direction. */
   info: Uint8Array<ArrayBuffer>;
+  /** Additional authenticated data: binds the seal to the exchange (its report data). */
   aad: Uint8Array<ArrayBuffer>;
 }
 

@@ -12,7 +12,6 @@
  *
  * @module
  */
-import { toHex } from "../attestation/attestation.ts";
 import type { Clock } from "../clock.ts";
 import { ExchangeError } from "./errors.ts";
 
@@ -25,7 +24,7 @@ export const NONCE_TAG_LENGTH = 32;
 /** Length of the MAC'd body: version, expiry, random part. */
 const BODY_LENGTH = 1 + 8 + NONCE_RANDOM_LENGTH;
 /** Length of a whole nonce (73 bytes). */
-export const NONCE_LENGTH = BODY_LENGTH + NONCE_TAG_LENGTH;
+export const NONCE_LENGTH: number = BODY_LENGTH + NONCE_TAG_LENGTH;
 /** Length of the nonce MAC key. */
 export const NONCE_KEY_LENGTH = 32;
 /** Key ID under which the nonce key is derived from the master secret by the key service. */
@@ -87,6 +86,7 @@ export class ChallengeNonces {
   #earliestExpiry = Infinity;
   #nextPruneAt = 0;
 
+  /** Nonces under `options.key`; throws `RangeError` for a key of the wrong length or a bad option. */
   constructor(options: ChallengeNoncesOptions) {
     if (options.key.length !== NONCE_KEY_LENGTH) {
       throw new RangeError(`nonce key must be ${NONCE_KEY_LENGTH} bytes, got ${options.key.length}`);
@@ -161,7 +161,7 @@ export class ChallengeNonces {
       );
     }
     if (now >= this.#nextPruneAt || this.#consumed.size >= this.#maxTracked) this.#prune(now);
-    const id = toHex(body.subarray(9));
+    const id = body.subarray(9).toHex();
     if (this.#consumed.has(id)) {
       throw new ExchangeError("nonce-replayed", "nonce was already used; get a new challenge");
     }

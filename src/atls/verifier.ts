@@ -26,45 +26,40 @@ export interface NonceConsumer {
   consume(nonce: Uint8Array): Promise<void>;
 }
 
-/** Options for {@linkcode verifyAttestedRequest}. */
-export interface VerifyAttestedRequestOptions {
+/** Options for {@linkcode admitAttestedRequest}. */
+export interface AdmitAttestedRequestOptions {
   /** The request's `attestation` field (absent when the client sent none). */
   attestation: AttestedRequest | undefined;
-  /** What the request is for. */
-  purpose: Purpose;
-  /** Digest of the received request's security-relevant fields (reportdata.ts). */
-  requestDigest: Uint8Array;
-  /** Validator of the variant this verifier accepts, holding the expected measurements. */
-  validator: Validator;
   /** Checks and consumes the nonce. */
   nonces: NonceConsumer;
   /** Cap on the evidence document size; default {@linkcode MAX_EVIDENCE_DOCUMENT_BYTES} (64 KiB), which issuers stay within. */
   maxDocumentBytes?: number;
-  /** Aborts a validation in progress. */
+  /** Aborts the admission. */
   signal?: AbortSignal;
 }
 
-/** A verified attested request. */
-export interface VerifiedRequest {
-  /** The validator's verdict (warnings, reported measurements). */
-  verification: Verification;
-  /** The attester's HPKE public key, to seal the response to. */
+/** An attested request whose structure and nonce passed: what {@linkcode validateAttestedRequest} checks. */
+export interface AdmittedRequest {
+  /** The nonce the request was bound to (consumed). */
+  nonce: Uint8Array;
+  /** The attester's HPKE public key (32 bytes). */
   publicKey: Uint8Array<ArrayBuffer>;
-  /** The report data the evidence was checked against; the AAD of the sealed response. */
-  reportData: Uint8Array<ArrayBuffer>;
+  /** The evidence's variant. */
+  variant: string;
+  /** The evidence document (at most the size limit). */
+  document: Uint8Array;
 }
 
 /**
- * Verifies an attested request, cheapest checks first: structure and sizes,
- * then the nonce (consumed, so a request cannot be replayed even if it
- * fails later), then the evidence variant, and finally the evidence itself
- * against report data recomputed from the nonce, public key and request
- * digest. Throws {@linkcode ExchangeError}; an
- * {@linkcode AttestationError} from the validator is passed through as an
- * ExchangeError with the same reason and mismatch list.
+ * The cheap half of verification, checks 1 and 2 of the verifier
+ * (docs/attested-exchange.md): structure and sizes, then the nonce, which is
+ * consumed, so a request cannot be replayed even if it fails later. A
+ * service can spend its budgets between this and the expensive half, so that
+ * requests failing here cost it nothing else. Throws
+ * {@linkcode ExchangeError}.
  */
-export async function verifyAttestedRequest(options: VerifyAttestedRequestOptions): Promise<VerifiedRequest> {
-  const { attestation, validator, signal } = options;
+export async function admitAttestedRequest(options: AdmitAttestedRequestOptions): Promise<AdmittedRequest> {
+  const { attestation, signal } = options;
   signal?.throwIfAborted();
   if (!attestation) throw new ExchangeError("evidence-missing", "request carries no attestation");
   const { evidence } = attestation;
@@ -88,32 +83,85 @@ export async function verifyAttestedRequest(options: VerifyAttestedRequestOption
       `evidence document must be 1 to ${maxDocumentBytes} bytes, got ${evidence.document.length}`,
     );
   }
-
   await options.nonces.consume(attestation.nonce);
+  return {
+    nonce: attestation.nonce,
+    publicKey: new Uint8Array(attestation.publicKey),
+    variant: evidence.variant,
+    document: evidence.document,
+  };
+}
 
-  if (evidence.variant !== validator.variant) {
+/** Options for {@linkcode validateAttestedRequest}. */
+export interface ValidateAttestedRequestOptions {
+  /** What the request is for. */
+  purpose: Purpose;
+  /** Digest of the received request's security-relevant fields (reportdata.ts). */
+  requestDigest: Uint8Array;
+  /** Validator of the variant this verifier accepts, holding the expected measurements. */
+  validator: Validator;
+  /** Aborts a validation in progress. */
+  signal?: AbortSignal;
+}
+
+/**
+ * The expensive half of verification, checks 3 and 4: the evidence variant,
+ * then the evidence itself against report data recomputed from the nonce,
+ * public key and request digest. Throws {@linkcode ExchangeError}; an
+ * {@linkcode AttestationError} from the validator is passed through as an
+ * ExchangeError with the same reason, mismatch list and key digest.
+ */
+export async function validateAttestedRequest(
+  admitted: AdmittedRequest,
+  options: ValidateAttestedRequestOptions,
+): Promise<VerifiedRequest> {
+  const { validator, signal } = options;
+  signal?.throwIfAborted();
+  if (admitted.variant !== validator.variant) {
     throw new ExchangeError(
       "variant-mismatch",
-      `evidence of variant ${JSON.stringify(evidence.variant.slice(0, 64))}, this verifier accepts ${
+      `evidence of variant ${JSON.stringify(admitted.variant.slice(0, 64))}, this verifier accepts ${
         JSON.stringify(validator.variant)
       }`,
     );
   }
-  const publicKey = new Uint8Array(attestation.publicKey);
+  const { publicKey } = admitted;
   const reportData = await computeReportData({
     purpose: options.purpose,
-    nonce: attestation.nonce,
+    nonce: admitted.nonce,
     publicKey,
     requestDigest: options.requestDigest,
   });
   signal?.throwIfAborted();
   try {
-    const verification = await validator.validate(evidence.document, reportData, { signal });
+    const verification = await validator.validate(admitted.document, reportData, { signal });
     return { verification, publicKey, reportData };
   } catch (err) {
     if (err instanceof AttestationError) throw ExchangeError.fromAttestation(err);
     throw err;
   }
+}
+
+/** Options for {@linkcode verifyAttestedRequest}: both halves' options. */
+export type VerifyAttestedRequestOptions = AdmitAttestedRequestOptions & ValidateAttestedRequestOptions;
+
+/** A verified attested request. */
+export interface VerifiedRequest {
+  /** The validator's verdict (warnings, reported measurements). */
+  verification: Verification;
+  /** The attester's HPKE public key, to seal the response to. */
+  publicKey: Uint8Array<ArrayBuffer>;
+  /** The report data the evidence was checked against; the AAD of the sealed response. */
+  reportData: Uint8Array<ArrayBuffer>;
+}
+
+/**
+ * Verifies an attested request, cheapest checks first:
+ * {@linkcode admitAttestedRequest}, then {@linkcode validateAttestedRequest}.
+ * Throws {@linkcode ExchangeError}.
+ */
+export async function verifyAttestedRequest(options: VerifyAttestedRequestOptions): Promise<VerifiedRequest> {
+  return await validateAttestedRequest(await admitAttestedRequest(options), options);
 }
 
 /** Options for {@linkcode sealResponse}. */

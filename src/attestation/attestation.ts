@@ -56,6 +56,7 @@ export type Measurements = ReadonlyMap<number, Measurement>;
 
 /** A measurement that did not match. */
 export interface MeasurementMismatch {
+  /** The measurement index (a PCR for TPM variants). */
   index: number;
   /** Lower-case hex of the expected value. */
   expected: string;
@@ -101,6 +102,7 @@ export class AttestationError extends Error {
    */
   readonly keyDigest?: string;
 
+  /** Rejected evidence for `reason`, with every mismatch found and the attestation key digest when known. */
   constructor(
     reason: AttestationFailure,
     message: string,
@@ -113,11 +115,6 @@ export class AttestationError extends Error {
     this.mismatches = mismatches;
     this.keyDigest = options.keyDigest;
   }
-}
-
-/** Lower-case hex of bytes. */
-export function toHex(bytes: Uint8Array): string {
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /** Constant-time equality of two byte arrays. */
@@ -138,3 +135,8 @@ export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
 export type AkTrust =
   | { kind: "allow-list"; keyDigests: ReadonlySet<string> }
   | { kind: "any" };
+
+/** Whether `trust` covers the attestation key `keyDigest` (evidence without a key is covered only by "any"). */
+export function trusts(trust: AkTrust, keyDigest: string | undefined): boolean {
+  return trust.kind === "any" || (keyDigest !== undefined && trust.keyDigests.has(keyDigest));
+}

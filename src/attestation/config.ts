@@ -7,17 +7,29 @@
  * {
  *   "variant": "qemu-vtpm",
  *   "measurements": {"4": {"expected": "<64 hex>", "warnOnly": false}},
- *   "akTrust": {"allowedKeyDigests": ["<64 hex>"]}
+ *   "akTrust": {"allowedKeyDigests": ["<64 hex>", "<64 hex>"], "controlPlaneKeyDigests": ["<64 hex>"]}
  * }
  * ```
  *
- * `akTrust` is either `{"allowedKeyDigests": [...]}` (lower-case or upper-case
- * hex SHA-256 digests of the attestation keys, as the TPM variant defines
- * them) or `{"trustAnyKey": true}`, the original's unconditional QEMU trust,
- * which must be chosen explicitly and is INSECURE: any software key then
- * passes, so anyone can forge evidence without a TPM (see
- * `tpm/validator.ts`). It is required for `qemu-vtpm`; for `dummy`, which
- * has no keys, it is checked for shape if present and otherwise unused.
+ * `akTrust` says which attestation keys are trusted: either
+ * `allowedKeyDigests` (lower-case or upper-case hex SHA-256 digests of the
+ * attestation keys, as the TPM variant defines them) or `"trustAnyKey":
+ * true`, the original's unconditional QEMU trust, which must be chosen
+ * explicitly and is INSECURE: any software key then passes, so anyone can
+ * forge evidence without a TPM (see `tpm/validator.ts`). It is required for
+ * `qemu-vtpm`.
+ *
+ * It also says which keys may join as control planes, which receive the
+ * cluster's CA keys: workers and control planes boot the same image, so
+ * measurements cannot tell them apart, and the role a node asks for is its
+ * own claim. `controlPlaneKeyDigests` lists them (each must also be in
+ * `allowedKeyDigests`; with `trustAnyKey` a listed key still binds the role
+ * to that TPM, since only it can sign with the key); `"controlPlaneAnyKey":
+ * true` lets any key join as a control plane and needs `trustAnyKey`
+ * (development only, INSECURE); with neither, no node may join as a control
+ * plane. `dummy` evidence has no keys: its config may only opt in with
+ * `{"trustAnyKey": true, "controlPlaneAnyKey": true}`, and its `akTrust` is
+ * otherwise checked for shape and unused.
  *
  * `measurements` is optional for `dummy`, which never checks them. For
  * `qemu-vtpm` they must be usable, and this parser is the one place that
@@ -36,6 +48,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import type { AkTrust, Measurements } from "./attestation.ts";
 import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
 import { knownVariants, UnknownVariantError } from "./registry.ts";
@@ -52,6 +65,12 @@ export interface AttestationConfig {
   measurements: Measurements;
   /** Trusted attestation keys. Always `{ kind: "any" }` for `dummy`, which has no keys. */
   akTrust: AkTrust;
+  /**
+   * The attestation keys that may join as control planes (and so receive
+   * the cluster's CA keys): an allow-list, empty unless the operator names
+   * keys, or any trusted key when the operator chose that explicitly.
+   */
+  controlPlanes: AkTrust;
 }
 
 /** Why a config was rejected. */
@@ -62,16 +81,7 @@ export type AttestationConfigFailure =
   | "variant-mismatch"; // a valid config for another variant than the service's
 
 /** The attestation config is unreadable or invalid. The message names the field. */
-export class AttestationConfigError extends Error {
-  /** The reason, machine-readable. */
-  readonly code: AttestationConfigFailure;
-
-  constructor(code: AttestationConfigFailure, message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = "AttestationConfigError";
-    this.code = code;
-  }
-}
+export class AttestationConfigError extends ReasonError<AttestationConfigFailure> {}
 
 /** Options for {@linkcode parseAttestationConfig}. */
 export interface ParseAttestationConfigOptions {
@@ -82,7 +92,7 @@ export interface ParseAttestationConfigOptions {
 }
 
 const TOP_LEVEL_FIELDS = ["variant", "measurements", "akTrust"];
-const AK_TRUST_FIELDS = ["allowedKeyDigests", "trustAnyKey"];
+const AK_TRUST_FIELDS = ["allowedKeyDigests", "trustAnyKey", "controlPlaneKeyDigests", "controlPlaneAnyKey"];
 const AK_TRUST_HINT =
   'list the trusted attestation key digests ({"akTrust": {"allowedKeyDigests": ["<64 hex>", ...]}}) or set {"akTrust": {"trustAnyKey": true}} explicitly';
 
@@ -94,10 +104,10 @@ export function parseAttestationConfig(
   const source = options.source ?? "attestation config";
   const fail = (
     message: string,
-    code: AttestationConfigFailure = "invalid-config",
+    reason: AttestationConfigFailure = "invalid-config",
     cause?: unknown,
   ): never => {
-    throw new AttestationConfigError(code, `${source}: ${message}`, { cause });
+    throw new AttestationConfigError(reason, `${source}: ${message}`, { cause });
   };
 
   let value: unknown;
@@ -141,11 +151,14 @@ export function parseAttestationConfig(
   }
   if (variant === QEMU_VTPM_VARIANT) checkTpmMeasurements(variant, measurements, fail);
 
-  let akTrust: AkTrust | undefined;
-  if ("akTrust" in value) akTrust = parseAkTrust(value.akTrust, fail);
-  if (variant === DUMMY_VARIANT) return { variant, measurements, akTrust: { kind: "any" } };
-  if (akTrust === undefined) return fail(`akTrust is missing: ${AK_TRUST_HINT}`);
-  return { variant, measurements, akTrust };
+  const trust = "akTrust" in value ? parseAkTrust(value.akTrust, variant, fail) : undefined;
+  if (variant === DUMMY_VARIANT) {
+    // Dummy evidence has no key to trust; only the control-plane choice means something.
+    const controlPlanes: AkTrust = trust?.controlPlanes ?? { kind: "allow-list", keyDigests: new Set() };
+    return { variant, measurements, akTrust: { kind: "any" }, controlPlanes };
+  }
+  if (trust === undefined) return fail(`akTrust is missing: ${AK_TRUST_HINT}`);
+  return { variant, measurements, ...trust };
 }
 
 /** The `qemu-vtpm` rules on measurements (see the module docs). */
@@ -176,7 +189,13 @@ function checkTpmMeasurements(
   }
 }
 
-function parseAkTrust(value: unknown, fail: (message: string) => never): AkTrust {
+/** What `akTrust` says: which keys are trusted, and which of them may join as control planes. */
+interface ParsedAkTrust {
+  akTrust: AkTrust;
+  controlPlanes: AkTrust;
+}
+
+function parseAkTrust(value: unknown, variant: string, fail: (message: string) => never): ParsedAkTrust {
   if (!isPlainObject(value)) {
     return fail(`akTrust must be an object, got ${describeType(value)}; ${AK_TRUST_HINT}`);
   }
@@ -188,6 +207,7 @@ function parseAkTrust(value: unknown, fail: (message: string) => never): AkTrust
   const hasList = "allowedKeyDigests" in value;
   const hasAny = "trustAnyKey" in value;
   if (hasList && hasAny) fail("akTrust: set either allowedKeyDigests or trustAnyKey, not both");
+  let akTrust: AkTrust;
   if (hasAny) {
     if (value.trustAnyKey !== true) {
       fail(
@@ -196,28 +216,85 @@ function parseAkTrust(value: unknown, fail: (message: string) => never): AkTrust
         }; to restrict the keys, list them in allowedKeyDigests`,
       );
     }
+    akTrust = { kind: "any" };
+  } else if (hasList) {
+    const keyDigests = parseKeyDigests(value.allowedKeyDigests, "allowedKeyDigests", fail);
+    if (keyDigests.size === 0) fail(`akTrust: allowedKeyDigests is empty: ${AK_TRUST_HINT}`);
+    akTrust = { kind: "allow-list", keyDigests };
+  } else {
+    return fail(`akTrust is empty: ${AK_TRUST_HINT}`);
+  }
+  return { akTrust, controlPlanes: parseControlPlanes(value, akTrust, variant, fail) };
+}
+
+/**
+ * The keys that may join as control planes (see the module docs): the
+ * `controlPlaneKeyDigests` list (each also trusted by `akTrust`), or any key
+ * with `controlPlaneAnyKey`, which needs `trustAnyKey`; none when neither is
+ * set.
+ */
+function parseControlPlanes(
+  value: Record<string, unknown>,
+  akTrust: AkTrust,
+  variant: string,
+  fail: (message: string) => never,
+): AkTrust {
+  const hasList = "controlPlaneKeyDigests" in value;
+  const hasAny = "controlPlaneAnyKey" in value;
+  if (hasList && hasAny) fail("akTrust: set either controlPlaneKeyDigests or controlPlaneAnyKey, not both");
+  if (hasAny) {
+    if (value.controlPlaneAnyKey !== true) {
+      fail(
+        `akTrust: controlPlaneAnyKey must be true when present, got ${
+          JSON.stringify(value.controlPlaneAnyKey)
+        }; to choose the control planes, list their keys in controlPlaneKeyDigests`,
+      );
+    }
+    if (akTrust.kind !== "any") {
+      fail(
+        "akTrust: controlPlaneAnyKey needs trustAnyKey; with allowedKeyDigests, list the control planes' keys in controlPlaneKeyDigests",
+      );
+    }
     return { kind: "any" };
   }
-  if (!hasList) return fail(`akTrust is empty: ${AK_TRUST_HINT}`);
-  const list = value.allowedKeyDigests;
-  if (!Array.isArray(list)) {
-    return fail(`akTrust: allowedKeyDigests must be an array, got ${describeType(list)}`);
+  if (!hasList) return { kind: "allow-list", keyDigests: new Set() };
+  if (variant === DUMMY_VARIANT) {
+    fail(
+      `akTrust: controlPlaneKeyDigests cannot match ${DUMMY_VARIANT} evidence, which has no attestation key; allow control planes with {"trustAnyKey": true, "controlPlaneAnyKey": true}`,
+    );
   }
-  if (list.length === 0) fail(`akTrust: allowedKeyDigests is empty: ${AK_TRUST_HINT}`);
+  const keyDigests = parseKeyDigests(value.controlPlaneKeyDigests, "controlPlaneKeyDigests", fail);
+  if (akTrust.kind === "allow-list") {
+    let i = 0;
+    for (const digest of keyDigests) {
+      if (!akTrust.keyDigests.has(digest)) {
+        fail(
+          `akTrust: controlPlaneKeyDigests[${i}] is not in allowedKeyDigests; a control plane's key must be trusted too`,
+        );
+      }
+      i++;
+    }
+  }
+  return { kind: "allow-list", keyDigests };
+}
+
+/** A list of key digests (64 hex digits each, no duplicates), lower-cased. */
+function parseKeyDigests(list: unknown, field: string, fail: (message: string) => never): Set<string> {
+  if (!Array.isArray(list)) return fail(`akTrust: ${field} must be an array, got ${describeType(list)}`);
   const keyDigests = new Set<string>();
   list.forEach((digest: unknown, i) => {
     if (typeof digest !== "string" || !/^[0-9a-fA-F]{64}$/.test(digest)) {
       fail(
-        `akTrust: allowedKeyDigests[${i}] must be 64 hex digits (a SHA-256 digest), got ${
+        `akTrust: ${field}[${i}] must be 64 hex digits (a SHA-256 digest), got ${
           typeof digest === "string" ? `${digest.length} characters` : describeType(digest)
         }`,
       );
     }
     const normalized = (digest as string).toLowerCase();
-    if (keyDigests.has(normalized)) fail(`akTrust: allowedKeyDigests[${i}] is listed twice`);
+    if (keyDigests.has(normalized)) fail(`akTrust: ${field}[${i}] is listed twice`);
     keyDigests.add(normalized);
   });
-  return { kind: "allow-list", keyDigests };
+  return keyDigests;
 }
 
 /**
@@ -256,6 +333,7 @@ function errorText(error: unknown): string {
 export interface AkTrustDiff {
   /** Trust mode before and after: "allow-list" or "any". */
   from: AkTrust["kind"];
+  /** The trust mode after the change. */
   to: AkTrust["kind"];
   /** Key digests trusted now but not before (when both are allow-lists; empty otherwise). */
   addedKeys: string[];

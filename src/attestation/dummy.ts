@@ -26,8 +26,9 @@ const WARNING =
 
 /** Issues dummy evidence. */
 export class DummyIssuer implements Issuer {
-  readonly variant = DUMMY_VARIANT;
+  readonly variant: string = DUMMY_VARIANT;
 
+  /** An issuer that warns through `logger` that it is insecure. */
   constructor(logger: Logger) {
     logger.warn(WARNING, { variant: DUMMY_VARIANT });
   }
@@ -45,9 +46,10 @@ export class DummyIssuer implements Issuer {
 
 /** Validates dummy evidence: report data only. */
 export class DummyValidator implements Validator {
-  readonly variant = DUMMY_VARIANT;
+  readonly variant: string = DUMMY_VARIANT;
   readonly #logger: Logger;
 
+  /** A validator that warns through `logger` that it is insecure, at construction and on every use. */
   constructor(logger: Logger) {
     this.#logger = logger;
     logger.warn(WARNING, { variant: DUMMY_VARIANT });

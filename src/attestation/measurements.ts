@@ -21,7 +21,7 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { bytesEqual, type Measurement, type Measurements, toHex } from "./attestation.ts";
+import { bytesEqual, type Measurement, type Measurements } from "./attestation.ts";
 
 /** Highest accepted measurement index (TPM 2.0 PCR 23). */
 export const MAX_MEASUREMENT_INDEX = 23;
@@ -34,6 +34,7 @@ export class MeasurementsError extends Error {
   /** The offending key as written in the input, or undefined when the map itself is wrong. */
   readonly key: string | undefined;
 
+  /** Bad measurements; `key` names the offending measurement when there is one. */
   constructor(message: string, key?: string) {
     super(message);
     this.name = "MeasurementsError";
@@ -145,7 +146,7 @@ function parseExpected(key: string, hex: string): Uint8Array {
 export function marshalMeasurements(measurements: Measurements): string {
   const entries = [...measurements].sort(([a], [b]) => a - b).map(([index, m]) =>
     `${JSON.stringify(String(index))}:${
-      JSON.stringify({ expected: toHex(m.expected), warnOnly: m.warnOnly })
+      JSON.stringify({ expected: m.expected.toHex(), warnOnly: m.warnOnly })
     }`
   );
   return `{${entries.join(",")}}`;

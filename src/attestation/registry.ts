@@ -15,11 +15,13 @@ import { TpmIssuer } from "./tpm/issuer.ts";
 
 /** Options for {@linkcode createValidator}. */
 export interface ValidatorOptions {
+  /** Receives the validator's warnings (e.g. insecure trust modes). */
   logger: Logger;
 }
 
 /** Options for {@linkcode createIssuer}. */
 export interface IssuerOptions {
+  /** Receives the issuer's warnings. */
   logger: Logger;
   /** TPM connection for TPM variants (a tpm2-tools TCTI string, e.g. "swtpm:port=2321"); variant default if unset. */
   tcti?: string;
@@ -49,6 +51,7 @@ export class UnknownVariantError extends Error {
   /** The unknown name. */
   readonly variant: string;
 
+  /** An error naming the unknown `variant` and the known ones. */
   constructor(variant: string) {
     super(`unknown attestation variant ${JSON.stringify(variant)}; known: ${knownVariants().join(", ")}`);
     this.name = "UnknownVariantError";

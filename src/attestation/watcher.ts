@@ -47,7 +47,9 @@ import type { Logger } from "../log/logger.ts";
 
 /** The config in force and the validator built from it. */
 export interface AttestationState {
+  /** The config in force. */
   readonly config: AttestationConfig;
+  /** The validator built from it. */
   readonly validator: Validator;
   /** 1 for the config read at start, +1 per applied change. */
   readonly generation: number;
@@ -57,9 +59,12 @@ export interface AttestationState {
 
 /** What an applied reload changed. */
 export interface AttestationConfigChange {
+  /** Measurements added, removed and changed. */
   measurements: MeasurementsDiff;
   /** Undefined when the AK trust did not change. */
   akTrust: AkTrustDiff | undefined;
+  /** Undefined when the keys that may join as control planes did not change. */
+  controlPlanes: AkTrustDiff | undefined;
 }
 
 /** Options for {@linkcode AttestationConfigWatcher.start}. */
@@ -68,6 +73,7 @@ export interface AttestationConfigWatcherOptions {
   path: string;
   /** The service's attestation variant; a config for another variant is rejected. */
   variant: string;
+  /** Receives load, reload and watch log lines. */
   logger: Logger;
   /** Called after a changed config was applied. */
   onChange?: (state: AttestationState, change: AttestationConfigChange) => void;
@@ -86,6 +92,10 @@ interface Waiter {
   resolve: (state: AttestationState) => void;
   reject: (reason: unknown) => void;
 }
+
+/** Logged when a config lets any attestation key join as a control plane. */
+export const CONTROL_PLANE_ANY_KEY_WARNING =
+  "INSECURE: controlPlaneAnyKey lets any attestation key join as a control plane and receive the cluster's CA keys; list the control planes' keys in akTrust.controlPlaneKeyDigests outside development";
 
 const DEFAULT_DEBOUNCE_MS = 100;
 const DEFAULT_POLL_INTERVAL_MS = 30_000;
@@ -159,6 +169,7 @@ export class AttestationConfigWatcher {
         digest: measurementsDigest(config.measurements),
       };
       logger.info("attestation config loaded", { path, ...describe(state) });
+      warnIfInsecure(config, logger);
       signal?.throwIfAborted();
       return new AttestationConfigWatcher(options, fsWatcher, state, text);
     } catch (error) {
@@ -348,6 +359,7 @@ export class AttestationConfigWatcher {
       change = {
         measurements: diffMeasurements(previous.config.measurements, config.measurements),
         akTrust: diffAkTrust(previous.config.akTrust, config.akTrust),
+        controlPlanes: diffAkTrust(previous.config.controlPlanes, config.controlPlanes),
       };
       if (isEmpty(change)) {
         if (this.#lastAttemptFailed) {
@@ -385,7 +397,9 @@ export class AttestationConfigWatcher {
       measurementsRemoved: change.measurements.removed,
       measurementsChanged: change.measurements.changed,
       akTrustChange: change.akTrust,
+      controlPlanesChange: change.controlPlanes,
     });
+    warnIfInsecure(next.config, logger);
     for (const waiter of this.#waiters) {
       if (next.generation > waiter.generation) {
         this.#waiters.delete(waiter);
@@ -404,7 +418,7 @@ export class AttestationConfigWatcher {
     this.#logger.error("attestation config reload failed; keeping the last good config", {
       path: this.#options.path,
       error: error.message,
-      code: error instanceof AttestationConfigError ? error.code : undefined,
+      reason: error instanceof AttestationConfigError ? error.reason : undefined,
       generation: this.#state.generation,
       digest: this.#state.digest,
     });
@@ -418,7 +432,15 @@ export class AttestationConfigWatcher {
 
 function isEmpty(change: AttestationConfigChange): boolean {
   const { added, removed, changed } = change.measurements;
-  return added.length === 0 && removed.length === 0 && changed.length === 0 && change.akTrust === undefined;
+  return added.length === 0 && removed.length === 0 && changed.length === 0 && change.akTrust === undefined &&
+    change.controlPlanes === undefined;
+}
+
+/** Warns, at every load of such a config, that any attestation key may join as a control plane. */
+function warnIfInsecure(config: AttestationConfig, logger: Logger): void {
+  if (config.controlPlanes.kind === "any") {
+    logger.warn(CONTROL_PLANE_ANY_KEY_WARNING, { variant: config.variant });
+  }
 }
 
 /** Non-secret summary of a state for logs: measurement indices and AK trust, never key material. */
@@ -431,6 +453,10 @@ function describe(state: AttestationState): Record<string, unknown> {
     measurementIndices: [...config.measurements.keys()],
     akTrust: config.akTrust.kind,
     trustedKeys: config.akTrust.kind === "allow-list" ? config.akTrust.keyDigests.size : undefined,
+    controlPlanes: config.controlPlanes.kind,
+    controlPlaneKeys: config.controlPlanes.kind === "allow-list"
+      ? config.controlPlanes.keyDigests.size
+      : undefined,
   };
 }
 

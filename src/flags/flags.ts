@@ -4,10 +4,13 @@
  *
  * @module
  */
+import { isIP } from "node:net";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
+import { EndpointError, parseEndpoint } from "../net/endpoint.ts";
 
 /** A bad command line; the process exits with status 2. */
 export class UsageError extends Error {
+  /** A bad command line, described by `message`. */
   constructor(message: string) {
     super(message);
     this.name = "UsageError";
@@ -27,10 +30,34 @@ export function parseFlags<T extends ParseArgsOptionsConfig>(
   typeof parseArgs<{ args: string[]; options: T; strict: true; allowPositionals: false }>
 >["values"] {
   try {
-    return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
+    return parseArgs({
+      args: joinNegativeNumbers(args, options),
+      options,
+      strict: true,
+      allowPositionals: false,
+    }).values;
   } catch (err) {
     throw new UsageError(describeParseError(err, component));
   }
+}
+
+/**
+ * Joins a negative number to the flag before it ("--port -1" becomes
+ * "--port=-1"). node:util's parseArgs takes any value starting with "-" for
+ * a flag and would report "--port needs a value"; no flag starts with a
+ * digit, so the flag's own parser gets the number and says what is wrong.
+ */
+function joinNegativeNumbers(args: string[], options: ParseArgsOptionsConfig): string[] {
+  const joined: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    if (arg === "--") return joined.concat(args.slice(i));
+    const name = arg.startsWith("--") && !arg.includes("=") ? arg.slice(2) : "";
+    const takesValue = Object.hasOwn(options, name) && options[name].type === "string";
+    if (takesValue && /^-[\d.]/.test(args[i + 1] ?? "")) joined.push(`${arg}=${args[++i]}`);
+    else joined.push(arg);
+  }
+  return joined;
 }
 
 /** Parses a port number 0–65535. */
@@ -52,6 +79,31 @@ export function parseCount(value: string, flag: string): number {
   const number = parsePositive(value, flag);
   if (!Number.isInteger(number)) throw new UsageError(`invalid ${flag} "${value}": want a whole number`);
   return number;
+}
+
+/**
+ * Parses an address to listen on: an IPv4 or IPv6 address (binding needs an
+ * address; a host name is refused rather than resolved).
+ */
+export function parseListenAddress(value: string, flag: string): string {
+  if (isIP(value) === 0) {
+    throw new UsageError(`invalid ${flag} "${value}": want an IP address, e.g. 0.0.0.0, 127.0.0.1 or ::`);
+  }
+  return value;
+}
+
+/**
+ * Checks a "host:port" value (see {@linkcode parseEndpoint}); returns it
+ * unchanged. `example` shows a good value in the error.
+ */
+export function parseEndpointFlag(value: string, flag: string, example: string): string {
+  try {
+    parseEndpoint(value);
+  } catch (err) {
+    if (!(err instanceof EndpointError)) throw err;
+    throw new UsageError(`invalid ${flag} "${value}": ${err.message} (want host:port, e.g. ${example})`);
+  }
+  return value;
 }
 
 /** Turns node:util's parse errors (long, Node-specific) into one short line. */

@@ -7,13 +7,17 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import type { Secret } from "kubernetes-types/core/v1.d.ts";
 import { type Clock, systemClock } from "../clock.ts";
+import type { KubernetesClient } from "../kubernetes/client.ts";
+import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
+import type { BootstrapTokens } from "./dependencies.ts";
+import { apiServerCall, reject } from "./rejections.ts";
+import { rfc3339 } from "../rfc3339.ts";
 
 /** How long a join token is valid (the original's `KubernetesJoinTokenTTL`). */
 export const BOOTSTRAP_TOKEN_TTL_MS = 15 * 60 * 1000;
-/** Namespace of bootstrap token Secrets. */
-export const BOOTSTRAP_TOKEN_NAMESPACE = "kube-system";
 /** Secret type the API server recognizes as a bootstrap token. */
 export const BOOTSTRAP_TOKEN_SECRET_TYPE = "bootstrap.kubernetes.io/token";
 /** Description stored with every token. */
@@ -40,20 +44,21 @@ export interface BootstrapToken {
 }
 
 /** A token was generated but could not be stored. Never carries the token's secret. */
-export class BootstrapTokenError extends Error {
-  /** "id-collisions" when every generated ID already existed, "create-failed" otherwise. */
-  readonly code: "id-collisions" | "create-failed";
+export class BootstrapTokenError extends ReasonError<"id-collisions" | "create-failed"> {
   /** Whether the store's failure was transient (its error said `retryable`), so a later try may succeed. */
   readonly retryable: boolean;
 
+  /**
+   * A token failure: "id-collisions" when every generated ID already
+   * existed, "create-failed" otherwise; `message` never holds the token's
+   * secret.
+   */
   constructor(
-    code: "id-collisions" | "create-failed",
+    reason: "id-collisions" | "create-failed",
     message: string,
     options: { retryable?: boolean } = {},
   ) {
-    super(message);
-    this.name = "BootstrapTokenError";
-    this.code = code;
+    super(reason, message);
     this.retryable = options.retryable ?? false;
   }
 }
@@ -75,9 +80,13 @@ export function generateBootstrapToken(): BootstrapToken {
   return { id, secret, token: `${id}.${secret}` };
 }
 
-/** RFC 3339 in UTC without fractional seconds, as Go's `time.RFC3339` writes it. */
-function rfc3339(date: Date): string {
-  return date.toISOString().replace(/\.\d{3}Z$/, "Z");
+/**
+ * Name of the Secret of the token with ID `tokenId`, in
+ * {@linkcode KUBE_SYSTEM_NAMESPACE}, where the API server's bootstrap
+ * authenticator looks for it.
+ */
+export function bootstrapTokenSecretName(tokenId: string): string {
+  return `bootstrap-token-${tokenId}`;
 }
 
 /**
@@ -98,7 +107,7 @@ export function bootstrapTokenSecret(token: BootstrapToken, expiresAt: Date): Se
   return {
     apiVersion: "v1",
     kind: "Secret",
-    metadata: { name: `bootstrap-token-${token.id}`, namespace: BOOTSTRAP_TOKEN_NAMESPACE },
+    metadata: { name: bootstrapTokenSecretName(token.id), namespace: KUBE_SYSTEM_NAMESPACE },
     type: BOOTSTRAP_TOKEN_SECRET_TYPE,
     data: Object.fromEntries(Object.entries(values).map(([k, v]) => [k, encoder.encode(v).toBase64()])),
   };
@@ -110,6 +119,7 @@ export function bootstrapTokenSecret(token: BootstrapToken, expiresAt: Date): Se
  * API's Status for that case).
  */
 export interface BootstrapTokenSecrets {
+  /** Creates `secret` in `namespace`. */
   create(namespace: string, secret: Secret, options: { signal?: AbortSignal }): Promise<unknown>;
 }
 
@@ -168,7 +178,7 @@ export async function createBootstrapToken(
     const expiresAt = new Date(Math.floor((clock.now() + ttlMs) / 1000) * 1000);
     const secret = bootstrapTokenSecret(token, expiresAt);
     try {
-      await options.secrets.create(BOOTSTRAP_TOKEN_NAMESPACE, secret, { signal: options.signal });
+      await options.secrets.create(KUBE_SYSTEM_NAMESPACE, secret, { signal: options.signal });
       return { ...token, expiresAt };
     } catch (error) {
       if (options.signal?.aborted) throw options.signal.reason;
@@ -180,7 +190,7 @@ export async function createBootstrapToken(
       ]);
       throw new BootstrapTokenError(
         "create-failed",
-        `creating bootstrap token secret ${BOOTSTRAP_TOKEN_NAMESPACE}/${secret.metadata!.name}: ${detail}`,
+        `creating bootstrap token secret ${KUBE_SYSTEM_NAMESPACE}/${secret.metadata!.name}: ${detail}`,
         { retryable: (error as { retryable?: unknown })?.retryable === true },
       );
     }
@@ -189,4 +199,36 @@ export async function createBootstrapToken(
     "id-collisions",
     `creating bootstrap token: all ${maxAttempts} generated token IDs already existed`,
   );
+}
+
+// --- the join service's tokens ---
+
+/**
+ * The join service's bootstrap tokens: Secrets in kube-system through the
+ * Kubernetes client. A store failure that may pass is
+ * "api-server-unavailable", any other "api-server-refused".
+ */
+export function bootstrapTokens(options: { client: KubernetesClient; clock: Clock }): BootstrapTokens {
+  return {
+    async create({ signal }) {
+      try {
+        const created = await createBootstrapToken({
+          secrets: { create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o) },
+          clock: options.clock,
+          signal,
+        });
+        return { token: created.token, tokenId: created.id };
+      } catch (error) {
+        if (!(error instanceof BootstrapTokenError)) throw error;
+        throw error.retryable
+          ? reject("api-server-unavailable", `API server unavailable: ${error.message}`)
+          : reject("api-server-refused", error.message);
+      }
+    },
+    delete(tokenId, { signal }) {
+      return apiServerCall(() =>
+        options.client.deleteSecret(KUBE_SYSTEM_NAMESPACE, bootstrapTokenSecretName(tokenId), { signal })
+      );
+    },
+  };
 }

@@ -4,8 +4,12 @@
  *
  * @module
  */
-import { toHex } from "../attestation/attestation.ts";
+import { SharedLoad } from "../async/shared_load.ts";
+import { fileStamp } from "../fs/file_stamp.ts";
+import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
+import type { DiscoveryHashSource } from "./dependencies.ts";
 import { parseCaCertificate } from "./kubeletca.ts";
+import { reject } from "./rejections.ts";
 
 /**
  * `"sha256:"` + lower-case hex SHA-256 of the DER SubjectPublicKeyInfo of
@@ -16,5 +20,27 @@ import { parseCaCertificate } from "./kubeletca.ts";
 export async function discoveryTokenCaCertHash(caPem: string, source = "ca.crt"): Promise<string> {
   const certificate = parseCaCertificate(caPem, source);
   const digest = await crypto.subtle.digest("SHA-256", certificate.publicKey.rawData);
-  return `sha256:${toHex(new Uint8Array(digest))}`;
+  return `sha256:${new Uint8Array(digest).toHex()}`;
+}
+
+/**
+ * The join service's discovery pin: the hash of the first CA of the cluster
+ * kubeadm picks from `adminConf` (`admin.conf`), computed again when the
+ * file changes. Rejects with "misconfigured" naming the file.
+ */
+export function discoveryHashSource(options: { adminConf: string }): DiscoveryHashSource {
+  const { adminConf } = options;
+  const hash = new SharedLoad(async () => {
+    try {
+      const [first] = selectDiscoveryCluster(parseKubeconfig(await Deno.readTextFile(adminConf)));
+      return await discoveryTokenCaCertHash(first, adminConf);
+    } catch (error) {
+      throw reject("misconfigured", `${adminConf}: ${error instanceof Error ? error.message : error}`);
+    }
+  });
+  return {
+    async current({ signal }) {
+      return await hash.get({ version: await fileStamp([adminConf]), signal });
+    },
+  };
 }

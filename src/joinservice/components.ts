@@ -11,7 +11,10 @@
  *
  * @module
  */
-import { toHex } from "../attestation/attestation.ts";
+import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
+import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
+import type { ComponentsSource } from "./dependencies.ts";
+import { apiServerCall, reject } from "./rejections.ts";
 
 /** The ConfigMap data key holding the components JSON. */
 export const COMPONENTS_LIST_KEY = "components";
@@ -32,6 +35,7 @@ export interface KubernetesComponent {
 
 /** The components JSON is malformed. */
 export class ComponentsError extends Error {
+  /** A components failure; `message` names what is wrong. */
   constructor(message: string) {
     super(message);
     this.name = "ComponentsError";
@@ -43,9 +47,8 @@ const HASH_PATTERN = /^sha256:[0-9a-f]{64}$/;
 /** JSON keys as Go writes them, by field. */
 const jsonKeys = { url: "URL", hash: "Hash", installPath: "InstallPath", extract: "Extract" } as const;
 type Field = keyof typeof jsonKeys;
-const fieldsByLowerKey = new Map(
-  (Object.keys(jsonKeys) as Field[]).map((field) => [jsonKeys[field].toLowerCase(), field]),
-);
+const fields: readonly Field[] = ["url", "hash", "installPath", "extract"];
+const fieldsByLowerKey = new Map(fields.map((field) => [jsonKeys[field].toLowerCase(), field]));
 
 /**
  * Parses and validates the components JSON. `null` is an empty list (as in
@@ -114,10 +117,58 @@ export function encodeComponents(components: readonly KubernetesComponent[]): st
 /** `"sha256:"` + hex SHA-256 of every component's hash string concatenated in list order. */
 export async function componentsHash(components: readonly KubernetesComponent[]): Promise<string> {
   const concatenated = new TextEncoder().encode(components.map((c) => c.hash).join(""));
-  return `sha256:${toHex(new Uint8Array(await crypto.subtle.digest("SHA-256", concatenated)))}`;
+  return `sha256:${new Uint8Array(await crypto.subtle.digest("SHA-256", concatenated)).toHex()}`;
 }
 
 /** The components ConfigMap's name: `k8s-components-sha256-<hex>` ({@linkcode componentsHash}, `:` → `-`). */
 export async function componentsConfigMapName(components: readonly KubernetesComponent[]): Promise<string> {
   return COMPONENTS_CONFIGMAP_PREFIX + (await componentsHash(components)).replace(":", "-");
+}
+
+// --- the join service's components source ---
+
+/** The NodeVersion resource naming the components ConfigMap. */
+export const NODE_VERSIONS = {
+  group: "update.edgeless.systems",
+  version: "v1alpha1",
+  plural: "nodeversions",
+};
+/** Name of the cluster's NodeVersion object. */
+export const NODE_VERSION_NAME = "constellation-version";
+
+/**
+ * The components the cluster's NodeVersion names
+ * (`spec.kubernetesComponentsReference`), read from that ConfigMap in
+ * kube-system. The ConfigMap is immutable and named by its content's hash,
+ * so each is read once.
+ */
+export function componentsSource(options: { client: KubernetesClient }): ComponentsSource {
+  const componentsByName = new Map<string, KubernetesComponent[]>();
+  return {
+    current({ signal }) {
+      return apiServerCall(async () => {
+        const nodeVersion = await options.client.getCustomResource<
+          CustomResource<{ kubernetesComponentsReference?: string }>
+        >(NODE_VERSIONS, NODE_VERSION_NAME, { signal });
+        const configMapName = nodeVersion.spec?.kubernetesComponentsReference;
+        if (!configMapName) {
+          throw reject("misconfigured", "kubernetesComponentsReference not found in node version");
+        }
+        let components = componentsByName.get(configMapName);
+        if (!components) {
+          const configMap = await options.client.getConfigMap(KUBE_SYSTEM_NAMESPACE, configMapName, {
+            signal,
+          });
+          try {
+            components = parseComponents(configMap.data?.[COMPONENTS_LIST_KEY] ?? "");
+          } catch (error) {
+            if (!(error instanceof ComponentsError)) throw error;
+            throw reject("misconfigured", `components ConfigMap ${configMapName}: ${error.message}`);
+          }
+          componentsByName.set(configMapName, components);
+        }
+        return { configMapName, components };
+      });
+    },
+  };
 }

@@ -4,6 +4,9 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
+import type { ControlPlaneFilesSource } from "./dependencies.ts";
+import { reject } from "./rejections.ts";
 
 /** Where kubeadm keeps the cluster PKI. */
 export const DEFAULT_PKI_DIR = "/etc/kubernetes/pki";
@@ -29,16 +32,13 @@ export interface ControlPlaneFile {
 }
 
 /** A control-plane file could not be read. The message names the file, never its content. */
-export class ControlPlaneFilesError extends Error {
-  /** "missing" when the file does not exist, "unreadable" for any other failure. */
-  readonly code: "missing" | "unreadable";
+export class ControlPlaneFilesError extends ReasonError<"missing" | "unreadable"> {
   /** The file's name relative to the PKI directory. */
   readonly file: string;
 
-  constructor(code: "missing" | "unreadable", file: string, message: string) {
-    super(message);
-    this.name = "ControlPlaneFilesError";
-    this.code = code;
+  /** A failure of `file` ("missing" when it does not exist, "unreadable" otherwise); `message` names it. */
+  constructor(reason: "missing" | "unreadable", file: string, message: string) {
+    super(reason, message);
     this.file = file;
   }
 }
@@ -82,4 +82,18 @@ export async function loadControlPlaneFiles(
     }
   }
   return files;
+}
+
+/** The join service's control-plane files: read from `pkiDir` for every control-plane ticket. */
+export function controlPlaneFilesSource(options: { pkiDir: string }): ControlPlaneFilesSource {
+  return {
+    async load({ signal }) {
+      try {
+        return await loadControlPlaneFiles({ pkiDir: options.pkiDir, signal });
+      } catch (error) {
+        if (!(error instanceof ControlPlaneFilesError)) throw error;
+        throw reject("misconfigured", error.message);
+      }
+    },
+  };
 }

@@ -1,361 +1,230 @@
 /**
- * The join service's concrete dependencies: the project's libraries (key
- * service client, Kubernetes client, kubelet CA, SSH CA, ...) adapted to the
- * interfaces `server.ts` declares, with their failures turned into Connect
- * errors a node can act on (Unavailable: retry; InvalidArgument: fix the
- * request; Internal: the service is misconfigured).
+ * What the join service's handler needs, declared by the handler: each
+ * interface names the failures it rejects with (a `Rejection` whose reason
+ * is in `rejections.ts`) and takes a `signal` wherever a call can wait. The
+ * adapters that implement them live beside their concept (`keysource.ts`,
+ * `kubeletca.ts`, `components.ts`, `cahash.ts`, `endpoint.ts`,
+ * `controlplanefiles.ts`, `bootstraptoken.ts`, `joiningnodes.ts`,
+ * `sshca.ts`, `exchange.ts`, `audit.ts`); `main.ts` wires them.
  *
  * @module
  */
-import { Code, ConnectError } from "@connectrpc/connect";
+import type { Verification } from "../attestation/attestation.ts";
+import type { AttestationState } from "../attestation/watcher.ts";
 import type { Clock } from "../clock.ts";
+import type { AttestedRequest, Sealed } from "../gen/atls/v1/atls_pb.ts";
 import type { Logger } from "../log/logger.ts";
-import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
-import { KubernetesError } from "../kubernetes/errors.ts";
-import { isRetryableKeyServiceError, type KeyServiceClient } from "../keyservice/client.ts";
-import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
-import { BootstrapTokenError, createBootstrapToken } from "./bootstraptoken.ts";
-import { discoveryTokenCaCertHash } from "./cahash.ts";
-import { type KubernetesComponent, parseComponents } from "./components.ts";
-import { loadControlPlaneFiles } from "./controlplanefiles.ts";
-import { KubeletCaError, nodeNameFromCsr, readKubeletCa, signKubeletCertificate } from "./kubeletca.ts";
-import { k8sCompliantHostname, NodeNameError } from "./nodename.ts";
-import { SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, SshCa, SshCaError } from "./sshca.ts";
-import type {
-  BootstrapTokens,
-  ClusterInfo,
-  JoiningNodes,
-  KeySource,
-  KubeletSigner,
-  SshHostCertifier,
-} from "./server.ts";
+import type { Counter, Histogram } from "../metrics/registry.ts";
+import type { AuditLog } from "./audit.ts";
+import type { KubernetesComponent } from "./components.ts";
+import type { ControlPlaneFile } from "./controlplanefiles.ts";
 
-/** Namespace of the cluster's system objects. */
-export const SYSTEM_NAMESPACE = "kube-system";
-/** The NodeVersion resource naming the components ConfigMap. */
-export const NODE_VERSION = { group: "update.edgeless.systems", version: "v1alpha1", plural: "nodeversions" };
-/** Name of the cluster's NodeVersion object. */
-export const NODE_VERSION_NAME = "constellation-version";
-/** JoiningNode resources for the node operator. */
-export const JOINING_NODE = { group: "update.edgeless.systems", version: "v1alpha1", plural: "joiningnodes" };
-/** Name of the single JoiningNode of a joining control plane (one at a time, as the original). */
-export const CONTROL_PLANE_JOINING_NODE = "control-plane";
-/** How long a JoiningNode is meant to live. */
-export const JOINING_NODE_DEADLINE_MS = { worker: 48 * 3600_000, controlPlane: 10 * 60_000 };
-
-/**
- * The key service as the join service uses it: every failure worth
- * retrying (no connection, no answer in time) is Unavailable, so a node
- * knows to try again.
- */
-export function keySource(client: KeyServiceClient): KeySource {
-  return {
-    async getDataKey(id, length, options) {
-      try {
-        return await client.getDataKey(id, length, options);
-      } catch (e) {
-        if (!isRetryableKeyServiceError(e)) throw e;
-        const cause = ConnectError.from(e);
-        throw new ConnectError(
-          `key service unavailable: ${cause.rawMessage}`,
-          Code.Unavailable,
-          undefined,
-          undefined,
-          e,
-        );
-      }
-    },
-  };
+/** Options of every call that can wait. */
+export interface SignalOptions {
+  /** Stops waiting: the call rejects with the signal's reason. */
+  signal?: AbortSignal;
 }
 
-/** Turns a Kubernetes client error into a Connect error (retryable ones become Unavailable). */
-export function kubernetesConnectError(e: unknown): ConnectError {
-  if (e instanceof ConnectError) return e;
-  if (e instanceof KubernetesError || e instanceof BootstrapTokenError) {
-    if (e.retryable) return new ConnectError(`API server unavailable: ${e.message}`, Code.Unavailable);
-    return new ConnectError(e.message, Code.Internal);
-  }
-  return new ConnectError("internal error", Code.Internal, undefined, undefined, e);
+/** Purposes of the attested exchange this service verifies. */
+export type ExchangePurpose = "join" | "rejoin";
+
+/** The attested exchange (src/atls), as this service uses it. */
+export interface AttestedExchange {
+  /** A fresh single-use challenge nonce. Rejects with "key-service-unavailable" while the nonce key cannot be had. */
+  challenge(options: SignalOptions): Promise<{ nonce: Uint8Array; expiresAt: number }>;
+  /**
+   * The cheap checks of an attested request: structure, sizes and the
+   * nonce (MAC, expiry, single use: it is consumed). Rejects with an
+   * exchange reason ("nonce-bad-mac", "evidence-missing", ...) or
+   * "key-service-unavailable".
+   */
+  precheck(
+    request: { attestation: AttestedRequest | undefined; purpose: ExchangePurpose } & SignalOptions,
+  ): Promise<PrecheckedAttestation>;
 }
 
-async function kubernetesCall<T>(fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (e) {
-    throw kubernetesConnectError(e);
-  }
+/** An attested request that passed the cheap checks. */
+export interface PrecheckedAttestation {
+  /**
+   * Validates the evidence with the validator in force, bound to the
+   * request's digest and the node's key. Rejects with an exchange or
+   * attestation reason ("measurement-mismatch", "untrusted-key", ..., with
+   * the attestation key's digest when known) or "verifier-error".
+   */
+  verify(
+    options: { requestDigest: Uint8Array; validator: AttestationState["validator"] } & SignalOptions,
+  ): Promise<VerifiedAttestation>;
 }
 
-/**
- * Kubelet certificates signed with the CA in `<pki>/ca.{crt,key}`, re-read
- * when the files change. `checkCa` loads the CA once, for a clear error at
- * start.
- */
-export function kubeletSigner(
-  options: { pkiDir: string; clock: Clock },
-): KubeletSigner & { checkCa(): Promise<void> } {
-  const certFile = `${options.pkiDir}/ca.crt`;
-  const keyFile = `${options.pkiDir}/ca.key`;
-  let cached: { stamp: string; ca: ReturnType<typeof readKubeletCa> } | undefined;
-  // Shared by concurrent requests, so loaded without any one request's signal.
-  const loadCa = async () => {
-    const stamp = await fileStamp([certFile, keyFile]);
-    if (!cached || cached.stamp !== stamp) {
-      cached = { stamp, ca: readKubeletCa({ certFile, keyFile }) };
-      cached.ca.catch(() => (cached = undefined));
-    }
-    return await cached.ca;
-  };
-  return {
-    async checkCa() {
-      await loadCa();
-    },
-    async sign(csrDer) {
-      let ca;
-      try {
-        ca = await loadCa();
-      } catch (e) {
-        throw new ConnectError(`cluster CA unusable: ${(e as Error).message}`, Code.Internal);
-      }
-      let certificatePem: string;
-      let nodeName: string;
-      try {
-        certificatePem = await signKubeletCertificate(csrDer, ca, { clock: options.clock });
-        nodeName = k8sCompliantHostname(nodeNameFromCsr(csrDer));
-      } catch (e) {
-        const rejected = (e instanceof KubeletCaError && e.code.startsWith("csr-")) ||
-          e instanceof NodeNameError;
-        if (!rejected) throw e; // not the node's fault: an Internal error, logged by the service
-        throw new ConnectError(`certificate request rejected: ${e.message}`, Code.InvalidArgument);
-      }
-      return { certificatePem, nodeName };
-    },
-  };
+/** A verified request: what was verified, and how to seal the answer to it. */
+export interface VerifiedAttestation {
+  /** The validator's verdict: warnings, reported measurements, the attestation key. */
+  verification: Verification;
+  /** Seals a serialized response to the request's attested key. Rejects with "seal-failed". */
+  seal(plaintext: Uint8Array<ArrayBuffer>): Promise<Sealed>;
 }
 
-/** A change stamp of files (mtime and size), so a rotated CA is picked up without restart. */
-async function fileStamp(paths: string[]): Promise<string> {
-  const stats = await Promise.all(paths.map((p) => Deno.stat(p).catch(() => undefined)));
-  return stats.map((s) => s ? `${s.mtime?.getTime()}:${s.size}` : "missing").join("|");
+/** The attestation config and validator in force (the config watcher). */
+export interface AttestationPolicy {
+  /** The config, validator, digest and generation in force. */
+  current(): AttestationState;
 }
 
-/** Options for {@linkcode clusterInfo}. */
-export interface ClusterInfoOptions {
-  client: KubernetesClient;
-  /** Holds admin.conf and pki/. */
-  kubernetesDir: string;
-  /** The endpoint handed to nodes, or how to find it. */
-  endpoint: { fixed: string } | { metadataUrl: string };
+/** Keys derived from the master secret. Rejects with "key-service-unavailable". */
+export interface KeySource {
+  /** The `length`-byte key derived for `id`. */
+  getDataKey(id: string, length: number, options: SignalOptions): Promise<Uint8Array>;
 }
 
-/** Cluster facts for tickets, from the API server, the control plane's files and the metadata API. */
-export function clusterInfo(options: ClusterInfoOptions): ClusterInfo {
-  let endpoint: Promise<string> | undefined;
-  let discoveryHash: { stamp: string; hash: string } | undefined;
-  const componentsByName = new Map<string, KubernetesComponent[]>();
-  return {
-    components({ signal }) {
-      return kubernetesCall(async () => {
-        const nodeVersion = await options.client.getCustomResource<
-          CustomResource<{ kubernetesComponentsReference?: string }>
-        >(
-          NODE_VERSION,
-          NODE_VERSION_NAME,
-          { signal },
-        );
-        const configMapName = nodeVersion.spec?.kubernetesComponentsReference;
-        if (!configMapName) {
-          throw new ConnectError("kubernetesComponentsReference not found in node version", Code.Internal);
-        }
-        // The components ConfigMap is immutable and named by its content's hash: read it once per name.
-        let components = componentsByName.get(configMapName);
-        if (!components) {
-          const configMap = await options.client.getConfigMap(SYSTEM_NAMESPACE, configMapName, { signal });
-          try {
-            components = parseComponents(configMap.data?.components ?? "");
-          } catch (e) {
-            throw new ConnectError(
-              `components ConfigMap ${configMapName}: ${(e as Error).message}`,
-              Code.Internal,
-            );
-          }
-          componentsByName.set(configMapName, components);
-        }
-        return { configMapName, components };
-      });
-    },
-
-    async discoveryTokenCaCertHash() {
-      const path = `${options.kubernetesDir}/admin.conf`;
-      try {
-        const stamp = await fileStamp([path]);
-        if (discoveryHash?.stamp !== stamp) {
-          const [first] = selectDiscoveryCluster(parseKubeconfig(await Deno.readTextFile(path)));
-          discoveryHash = { stamp, hash: await discoveryTokenCaCertHash(first, path) };
-        }
-        return discoveryHash.hash;
-      } catch (e) {
-        throw new ConnectError(`${path}: ${(e as Error).message}`, Code.Internal);
-      }
-    },
-
-    apiServerEndpoint() {
-      if ("fixed" in options.endpoint) return Promise.resolve(options.endpoint.fixed);
-      // Shared by concurrent requests, so fetched under its own timeout, not one request's signal.
-      endpoint ??= endpointFromMetadata(options.endpoint.metadataUrl).catch((e) => {
-        endpoint = undefined;
-        throw e;
-      });
-      return endpoint;
-    },
-
-    async controlPlaneFiles({ signal }) {
-      try {
-        return await loadControlPlaneFiles({ pkiDir: `${options.kubernetesDir}/pki`, signal });
-      } catch (e) {
-        throw new ConnectError((e as Error).message, Code.Internal);
-      }
-    },
-  };
+/** Signs kubelet client certificates with the cluster CA. */
+export interface KubeletSigner {
+  /**
+   * Checks the CSR and signs it; resolves to the certificate and the
+   * normalized node name. Rejects with "csr-rejected" when the CSR breaks a
+   * rule, "misconfigured" when the CA is unusable.
+   */
+  sign(csrDer: Uint8Array, options: SignalOptions): Promise<{ certificatePem: string; nodeName: string }>;
 }
 
-/** "<VPCIP>:6443" from a QEMU-style metadata API's GET /self. */
-async function endpointFromMetadata(metadataUrl: string): Promise<string> {
-  const url = new URL("/self", metadataUrl);
-  let response: Response;
-  try {
-    response = await fetch(url, { signal: AbortSignal.timeout(10_000) });
-  } catch (e) {
-    throw new ConnectError(`metadata API ${url} unavailable: ${(e as Error).message}`, Code.Unavailable);
-  }
-  if (!response.ok) {
-    await response.body?.cancel();
-    throw new ConnectError(`metadata API ${url} answered ${response.status}`, Code.Unavailable);
-  }
-  const self = await response.json().catch(() => undefined) as { VPCIP?: unknown } | undefined;
-  if (typeof self?.VPCIP !== "string" || self.VPCIP === "") {
-    throw new ConnectError(`metadata API ${url} returned no VPCIP`, Code.Internal);
-  }
-  return self.VPCIP.includes(":") ? `[${self.VPCIP}]:6443` : `${self.VPCIP}:6443`;
+/** The Kubernetes components to install. */
+export interface ComponentsSource {
+  /**
+   * The components and the name of the ConfigMap listing them. Rejects with
+   * "api-server-unavailable", "api-server-refused" or "misconfigured".
+   */
+  current(options: SignalOptions): Promise<{ configMapName: string; components: KubernetesComponent[] }>;
 }
 
-/** Bootstrap tokens as kubeadm Secrets in kube-system. */
-export function bootstrapTokens(options: { client: KubernetesClient; clock: Clock }): BootstrapTokens {
-  return {
-    create({ signal }) {
-      return kubernetesCall(async () => {
-        const created = await createBootstrapToken({
-          secrets: { create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o) },
-          clock: options.clock,
-          signal,
-        });
-        return { token: created.token, tokenId: created.id };
-      });
-    },
-    delete(tokenId, { signal }) {
-      return kubernetesCall(() =>
-        options.client.deleteSecret(SYSTEM_NAMESPACE, `bootstrap-token-${tokenId}`, { signal })
-      );
-    },
-  };
+/** The discovery pin of the cluster CA. */
+export interface DiscoveryHashSource {
+  /** "sha256:<hex>" of the cluster CA's public key. Rejects with "misconfigured". */
+  current(options: SignalOptions): Promise<string>;
 }
 
-/**
- * JoiningNode records: workers by server-side apply under their own name,
- * control planes as the single "control-plane" object (so control planes
- * join one at a time). A control-plane record whose deadline has passed is
- * stale (its node never finished) and is replaced.
- */
-export function joiningNodes(
-  options: { client: KubernetesClient; clock: Clock; logger: Logger },
-): JoiningNodes {
-  const { client, clock } = options;
-  return {
-    record(node, { signal }) {
-      return kubernetesCall(async () => {
-        const deadline = (ms: number) => new Date(clock.now() + ms).toISOString().replace(/\.\d{3}Z$/, "Z");
-        const object = (name: string, ms: number) => ({
-          kind: "JoiningNode",
-          metadata: { name },
-          spec: {
-            name: node.name,
-            componentsreference: node.componentsReference,
-            iscontrolplane: node.isControlPlane,
-            deadline: deadline(ms),
-          },
-        });
-        if (!node.isControlPlane) {
-          await client.applyCustomResource(JOINING_NODE, object(node.name, JOINING_NODE_DEADLINE_MS.worker), {
-            fieldManager: "join-service",
-            signal,
-          });
-          return;
-        }
-        const record = object(CONTROL_PLANE_JOINING_NODE, JOINING_NODE_DEADLINE_MS.controlPlane);
-        try {
-          await client.createCustomResource(JOINING_NODE, record, { signal });
-        } catch (e) {
-          if (!(e instanceof KubernetesError && e.reason === "AlreadyExists")) throw e;
-          const existing = await client.getCustomResource<
-            CustomResource<{ name?: string; deadline?: string }>
-          >(
-            JOINING_NODE,
-            CONTROL_PLANE_JOINING_NODE,
-            { signal },
-          );
-          const until = Date.parse(existing.spec?.deadline ?? "");
-          // The same node asking again (its first answer was lost) may record itself again.
-          if (until > clock.now() && existing.spec?.name !== node.name) {
-            throw new ConnectError(
-              `control-plane node ${
-                JSON.stringify(existing.spec?.name ?? "")
-              } is joining until ${existing.spec?.deadline}; control planes join one at a time, retry later`,
-              Code.Unavailable,
-            );
-          }
-          if (existing.spec?.name !== node.name) {
-            options.logger.warn("replacing stale control-plane JoiningNode", {
-              previous: existing.spec?.name,
-            });
-          }
-          await client.deleteCustomResource(JOINING_NODE, CONTROL_PLANE_JOINING_NODE, { signal });
-          await client.createCustomResource(JOINING_NODE, record, { signal });
-        }
-      });
-    },
-  };
+/** Where nodes reach the API server. */
+export interface ApiServerEndpointSource {
+  /** "host:port" handed to nodes. Rejects with "metadata-unavailable" or "misconfigured". */
+  current(options: SignalOptions): Promise<string>;
 }
 
-/** SSH host certificates from the CA derived from the master secret (key ID "ca_emergency_ssh"). */
-export function sshHostCertifier(options: { keys: KeySource; clock: Clock }): SshHostCertifier {
-  let ca: Promise<SshCa> | undefined;
-  // Shared by concurrent callers, so fetched without any caller's signal (see exchange.ts).
-  const getCa = () => {
-    ca ??= options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, {}).then((seed) => SshCa.fromSeed(seed))
-      .catch((e) => {
-        ca = undefined;
-        throw e;
-      });
-    return ca;
-  };
-  const encoder = new TextEncoder();
-  return {
-    async certify(hostPublicKey, principals) {
-      const sshCa = await getCa();
-      try {
-        const certificate = await sshCa.signHostCertificate(hostPublicKey, principals, {
-          clock: options.clock,
-        });
-        return {
-          hostCertificate: encoder.encode(certificate),
-          caPublicKey: encoder.encode(sshCa.authorizedCaPublicKey()),
-        };
-      } catch (e) {
-        if (e instanceof SshCaError) {
-          throw new ConnectError(`SSH host key: ${e.message}`, Code.InvalidArgument);
-        }
-        throw e;
-      }
-    },
-  };
+/** The eight CA/key files for control-plane nodes. */
+export interface ControlPlaneFilesSource {
+  /** Rejects with "misconfigured" when a file is missing or unreadable. */
+  load(options: SignalOptions): Promise<ControlPlaneFile[]>;
+}
+
+/** Bootstrap tokens in the API server. */
+export interface BootstrapTokens {
+  /**
+   * Creates a token Secret; resolves to the token "<id>.<secret>" and its
+   * ID. Rejects with "api-server-unavailable" or "api-server-refused".
+   */
+  create(options: SignalOptions): Promise<{ token: string; tokenId: string }>;
+  /** Deletes a token created by {@linkcode create} (best-effort cleanup). */
+  delete(tokenId: string, options: SignalOptions): Promise<void>;
+}
+
+/** A joining node as recorded for the node operator. */
+export interface JoiningNode {
+  /** The node's name (from its accepted CSR). */
+  name: string;
+  /** The components ConfigMap the node installs from. */
+  componentsReference: string;
+  /** Whether it joins as a control plane (recorded as the single "control-plane" object). */
+  isControlPlane: boolean;
+}
+
+/** Records joining nodes for the node operator (JoiningNode resources). */
+export interface JoiningNodes {
+  /**
+   * Records a node. Rejects with "control-plane-busy" while another control
+   * plane is joining, "api-server-unavailable" or "api-server-refused".
+   */
+  record(node: JoiningNode, options: SignalOptions): Promise<void>;
+}
+
+/** Certifies SSH host keys. */
+export interface SshHostCertifier {
+  /**
+   * An OpenSSH host certificate for `hostPublicKey` valid for `principals`,
+   * and the CA's public key. Rejects with "ssh-host-key-rejected" or
+   * "key-service-unavailable".
+   */
+  certify(
+    hostPublicKey: Uint8Array,
+    principals: string[],
+    options: SignalOptions,
+  ): Promise<{ hostCertificate: Uint8Array; caPublicKey: Uint8Array }>;
+}
+
+/** A rate limit per peer. */
+export interface PeerLimiter {
+  /** Takes one token of `peer`'s group; false when it is over its rate. */
+  take(peer: string): boolean;
+}
+
+/** A rate shared by all callers. */
+export interface SharedBudget {
+  /** Takes one token; false when the budget is spent. */
+  take(): boolean;
+}
+
+/** A bounded pool of concurrent work. */
+export interface BoundedPool {
+  /** Runs `task` when a slot is free; rejects with `PoolFullError` when too many wait. */
+  run<T>(task: () => Promise<T>, options: SignalOptions): Promise<T>;
+}
+
+/** Metrics the service records. */
+export interface JoinServiceMetrics {
+  /** Labels: method, outcome (issued|rejected), reason. */
+  decisions: Counter;
+  /** Labels: variant, outcome. */
+  verificationSeconds: Histogram;
+  /** Labels: operation. */
+  keyServiceSeconds: Histogram;
+  /** Labels: operation. */
+  apiServerSeconds: Histogram;
+}
+
+/** Everything the join service handler needs. */
+export interface JoinServiceDependencies {
+  /** Nonces, cheap checks, verification and sealing. */
+  exchange: AttestedExchange;
+  /** The attestation config and validator in force. */
+  attestation: AttestationPolicy;
+  /** The key service. */
+  keys: KeySource;
+  /** The cluster CA, for kubelet certificates. */
+  kubeletSigner: KubeletSigner;
+  /** The Kubernetes components to install. */
+  components: ComponentsSource;
+  /** The discovery pin of the cluster CA. */
+  discoveryHash: DiscoveryHashSource;
+  /** The API server endpoint handed to nodes. */
+  apiServerEndpoint: ApiServerEndpointSource;
+  /** The control-plane CA files. */
+  controlPlaneFiles: ControlPlaneFilesSource;
+  /** Bootstrap tokens. */
+  tokens: BootstrapTokens;
+  /** JoiningNode records. */
+  joiningNodes: JoiningNodes;
+  /** The SSH CA. */
+  ssh: SshHostCertifier;
+  /** Raw measurement salt handed to nodes. */
+  measurementSalt: Uint8Array;
+  /** Per-peer rate, taken at admission. */
+  peerLimiter: PeerLimiter;
+  /** Tickets per second over all peers, taken only once a request is attested. */
+  ticketBudget: SharedBudget;
+  /** Attestation verifications at once and waiting. */
+  verifierPool: BoundedPool;
+  /** Decisions and latencies. */
+  metrics: JoinServiceMetrics;
+  /** Receives one entry per decision. */
+  audit: AuditLog;
+  /** Receives operational log lines (never secrets). */
+  logger: Logger;
+  /** Time source. */
+  clock: Clock;
 }

@@ -1,28 +1,30 @@
 /**
  * The join service's side of the attested exchange: challenge nonces under a
  * key all replicas share (derived from the master secret through the key
- * service), verification against the validator in force, and sealing.
+ * service), the cheap checks of a request (structure, nonce), the
+ * validation of its evidence, and sealing.
  *
- * The nonce key is fetched on first use and cached; while the key service is
- * unreachable, challenges and verifications fail with Unavailable and the
- * next call tries again, so the service recovers on its own.
+ * The nonce key is fetched on first use and kept; while the key service is
+ * unreachable, challenges and requests fail with "key-service-unavailable"
+ * and a later call tries again, so the service recovers on its own.
  *
  * @module
  */
-import { Code, ConnectError } from "@connectrpc/connect";
-import type { Validator } from "../attestation/attestation.ts";
+import { AttestationError } from "../attestation/attestation.ts";
+import { SharedLoad } from "../async/shared_load.ts";
+import { ExchangeError, exchangeRejection } from "../atls/errors.ts";
 import { ChallengeNonces, NONCE_KEY_ID, NONCE_KEY_LENGTH } from "../atls/nonce.ts";
-import { ExchangeError, toConnectError } from "../atls/errors.ts";
-import { sealResponse, verifyAttestedRequest } from "../atls/verifier.ts";
+import { admitAttestedRequest, sealResponse, validateAttestedRequest } from "../atls/verifier.ts";
 import type { Clock } from "../clock.ts";
-import type { AttestedExchange, KeySource, VerifiedRequest } from "./server.ts";
+import { asRejection, type Rejection } from "../rpc/rejection.ts";
+import type { AttestedExchange, KeySource } from "./dependencies.ts";
+import { reject } from "./rejections.ts";
 
 /** Options for {@linkcode createAttestedExchange}. */
 export interface AttestedExchangeOptions {
   /** Source of the nonce MAC key. */
   keys: KeySource;
-  /** The validator in force (the attestation config watcher). */
-  validators: { current(): { validator: Validator } };
+  /** Time source for nonces and the failure hold. */
   clock: Clock;
   /** Nonce lifetime; default that of {@linkcode ChallengeNonces}. */
   nonceLifetimeMs?: number;
@@ -33,65 +35,64 @@ const FAILURE_HOLD_MS = 250;
 
 /** Builds the {@linkcode AttestedExchange} the join service uses. */
 export function createAttestedExchange(options: AttestedExchangeOptions): AttestedExchange {
-  let nonces: Promise<ChallengeNonces> | undefined;
-  let failedAt = -Infinity;
-  // Concurrent callers share one fetch, so it runs without any caller's signal: a node that gives up
-  // must not fail the others (the key service client's own deadline bounds the fetch). A failure is
-  // kept for a moment, so unauthenticated challenges during an outage do not each hit the key service.
-  const getNonces = (): Promise<ChallengeNonces> => {
-    if (failedAt !== -Infinity && failedAt <= options.clock.now() - FAILURE_HOLD_MS) {
-      nonces = undefined; // the failure is old enough: try again
-      failedAt = -Infinity;
-    }
-    nonces ??= options.keys.getDataKey(NONCE_KEY_ID, NONCE_KEY_LENGTH, {}).then(
-      (key) => new ChallengeNonces({ key, clock: options.clock, lifetimeMs: options.nonceLifetimeMs }),
-    ).catch((e) => {
-      failedAt = options.clock.now();
+  // The key service client's own deadline bounds the fetch. A failure is kept for a moment, so
+  // unauthenticated challenges during an outage do not each hit the key service.
+  const nonces = new SharedLoad(async () => {
+    try {
+      const key = await options.keys.getDataKey(NONCE_KEY_ID, NONCE_KEY_LENGTH, {});
+      return new ChallengeNonces({ key, clock: options.clock, lifetimeMs: options.nonceLifetimeMs });
+    } catch (error) {
       // Challenges are unauthenticated: the caller learns only that the key service is unavailable.
-      const code = ConnectError.from(e).code === Code.Unavailable ? Code.Unavailable : Code.Internal;
-      throw new ConnectError(
-        "nonce key unavailable from the key service; retry later",
-        code,
-        undefined,
-        undefined,
-        e,
+      const unavailable = asRejection(error).reason === "key-service-unavailable";
+      throw reject(
+        unavailable ? "key-service-unavailable" : "internal",
+        unavailable ? "nonce key unavailable from the key service; retry later" : "internal error",
+        { cause: error },
       );
-    });
-    return nonces;
-  };
+    }
+  }, { failureHoldMs: FAILURE_HOLD_MS, clock: options.clock });
 
   return {
-    async challenge() {
-      return await (await getNonces()).issue();
+    async challenge({ signal }) {
+      return await (await nonces.get({ signal })).issue();
     },
 
-    async verify({ attestation, purpose, requestDigest, signal }): Promise<VerifiedRequest> {
-      const challengeNonces = await getNonces();
-      try {
-        const verified = await verifyAttestedRequest({
-          attestation,
-          purpose,
-          requestDigest,
-          validator: options.validators.current().validator,
-          nonces: challengeNonces,
-          signal,
-        });
-        return {
-          verification: verified.verification,
-          seal: (plaintext) => sealResponse({ verified, purpose, plaintext: new Uint8Array(plaintext) }),
-        };
-      } catch (e) {
-        let error = toConnectError(e);
-        if (e instanceof ExchangeError) {
-          // The attestation key that was checked, when the validator got that far: audit names it.
-          Object.assign(error, { reason: e.reason, keyDigest: (e as { keyDigest?: string }).keyDigest });
-        } else if (error.code === Code.Internal) {
-          // A bug in a validator: the node sees "internal error", the service logs the cause.
-          error = new ConnectError(error.rawMessage, Code.Internal, undefined, undefined, e);
-          Object.assign(error, { reason: "verifier-error" });
-        }
-        throw error;
-      }
+    async precheck({ attestation, purpose, signal }) {
+      const challengeNonces = await nonces.get({ signal });
+      const admitted = await exchangeStep(() =>
+        admitAttestedRequest({ attestation, nonces: challengeNonces, signal })
+      );
+      return {
+        async verify({ requestDigest, validator, signal }) {
+          const verified = await exchangeStep(() =>
+            validateAttestedRequest(admitted, { purpose, requestDigest, validator, signal })
+          );
+          return {
+            verification: verified.verification,
+            seal: (plaintext) => exchangeStep(() => sealResponse({ verified, purpose, plaintext })),
+          };
+        },
+      };
     },
   };
+}
+
+/**
+ * Runs a step of the exchange: its failures become rejections naming their
+ * reason; an unexpected error (a bug in a validator) is "verifier-error",
+ * whose node sees only "internal error".
+ */
+async function exchangeStep<T>(step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (error) {
+    if (error instanceof ExchangeError || error instanceof AttestationError) throw exchangeRejection(error);
+    throw unexpected(error);
+  }
+}
+
+function unexpected(error: unknown): Rejection {
+  const rejection = asRejection(error);
+  if (rejection.reason !== "internal") return rejection; // canceled, deadline
+  return reject("verifier-error", "internal error", { cause: error });
 }

@@ -4,22 +4,36 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
-import { parseFlags, parsePort, parsePositive, UsageError } from "../flags/flags.ts";
+import {
+  parseCount,
+  parseEndpointFlag,
+  parseFlags,
+  parseListenAddress,
+  parsePort,
+  parsePositive,
+  UsageError,
+} from "../flags/flags.ts";
 import {
   CONNECTION_LIMIT_OPTIONS,
   CONNECTION_LIMITS_USAGE,
   parseConnectionLimits,
 } from "../flags/connection_limits.ts";
 import type { ConnectionLimits } from "../rpc/limits.ts";
+import { type IpNetwork, parseCidr } from "../net/ip.ts";
 
 /** The join service's settings. */
 export interface JoinServiceFlags {
+  /** The join.API port. */
   port: number;
+  /** The address join.API binds. */
   listenAddress: string;
+  /** The metrics port. */
   metricsPort: number;
+  /** The address metrics bind. */
   metricsAddress: string;
   /** "host:port" of the key service. */
   keyServiceEndpoint: string;
+  /** The attestation variant, e.g. "qemu-vtpm". */
   attestationVariant: string;
   /** Holds `attestationConfig` and `measurementSalt`. */
   configDir: string;
@@ -31,17 +45,27 @@ export interface JoinServiceFlags {
   metadataUrl?: string;
   /** Kubeconfig for the API server; undefined means the in-cluster service account. */
   kubeconfig?: string;
+  /** The cluster's service network; kubelet certificates may not carry its first address (the API server's Service). */
+  serviceNetwork: IpNetwork;
+  /** Serving certificate file (PEM); self-signed at start when unset. */
   tlsCert?: string;
+  /** Serving key file (PEM). */
   tlsKey?: string;
   /** Sustained tickets per second and burst, per peer and overall. */
   ratePerPeer: number;
+  /** Largest burst per peer. */
   burstPerPeer: number;
+  /** Sustained tickets per second over all peers. */
   rateGlobal: number;
+  /** Largest burst over all peers. */
   burstGlobal: number;
   /** Attestation verifications running at once, and waiting at most. */
   verifyConcurrency: number;
+  /** Verifications waiting at most. */
   verifyQueue: number;
+  /** How long a challenge stays valid. */
   nonceLifetimeMs: number;
+  /** The lowest level logged. */
   logLevel: LogLevel;
   /** Connection limits of the join.API listener given on the command line. */
   limits: Partial<ConnectionLimits>;
@@ -61,12 +85,16 @@ Flags:
   --metadata-url <url>             QEMU-style metadata API; the endpoint is <VPCIP of GET /self>:6443
                                    (one of --api-server-endpoint and --metadata-url is required)
   --kubeconfig <file>              kubeconfig for the API server (default: in-cluster service account)
+  --service-cluster-ip-range <cidr>
+                                   the cluster's service network, as kube-apiserver's flag (default
+                                   10.96.0.0/12, kubeadm's); kubelet certificates may not carry its
+                                   first address, the API server's Service
   --config-dir <dir>               attestationConfig and measurementSalt (default /var/config)
   --kubernetes-dir <dir>           admin.conf and pki/ (default /etc/kubernetes)
   --port <port>                    join.API port (default 9090)
-  --listen-address <addr>          address to bind (default 0.0.0.0)
+  --listen-address <addr>          IP address to bind (default 0.0.0.0)
   --metrics-port <port>            Prometheus /metrics and /healthz port (default 9091)
-  --metrics-address <addr>         address for metrics (default 0.0.0.0)
+  --metrics-address <addr>         IP address for metrics (default 0.0.0.0)
   --tls-cert <file>, --tls-key <file>
                                    serving certificate (default: self-signed, generated at start)
   --rate-per-peer <n>, --burst-per-peer <n>
@@ -95,6 +123,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     "api-server-endpoint": { type: "string" },
     "metadata-url": { type: "string" },
     kubeconfig: { type: "string" },
+    "service-cluster-ip-range": { type: "string", default: "10.96.0.0/12" },
     "config-dir": { type: "string", default: "/var/config" },
     "kubernetes-dir": { type: "string", default: "/etc/kubernetes" },
     port: { type: "string", default: "9090" },
@@ -132,14 +161,24 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   if (endpoint && metadataUrl) {
     throw new UsageError("give only one of --api-server-endpoint and --metadata-url");
   }
-  if (endpoint && !/^[^\s/]+:\d{1,5}$/.test(endpoint)) {
-    throw new UsageError(`invalid --api-server-endpoint "${endpoint}": want host:port`);
-  }
+  if (endpoint) parseEndpointFlag(endpoint, "--api-server-endpoint", "10.0.0.1:6443");
   if (metadataUrl && !URL.canParse(metadataUrl)) {
     throw new UsageError(`invalid --metadata-url "${metadataUrl}"`);
   }
-  if (!values["tls-cert"] !== !values["tls-key"]) {
-    throw new UsageError("--tls-cert and --tls-key go together");
+  const serviceNetwork = parseCidr(values["service-cluster-ip-range"]);
+  if (!serviceNetwork) {
+    throw new UsageError(
+      `invalid --service-cluster-ip-range "${
+        values["service-cluster-ip-range"]
+      }": want a CIDR like 10.96.0.0/12`,
+    );
+  }
+  for (const [given, missing] of [["tls-cert", "tls-key"], ["tls-key", "tls-cert"]] as const) {
+    if (values[given] && !values[missing]) {
+      throw new UsageError(
+        `--${given} needs --${missing} (give both, or neither for a self-signed certificate)`,
+      );
+    }
   }
 
   let logLevel: LogLevel;
@@ -148,31 +187,31 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  const whole = (flag: string, value: string) => {
-    const n = parsePositive(value, flag);
-    if (!Number.isInteger(n)) throw new UsageError(`invalid ${flag} "${value}": want a whole number`);
-    return n;
-  };
   return {
     port: parsePort(values.port),
-    listenAddress: values["listen-address"],
+    listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
     metricsPort: parsePort(values["metrics-port"], "--metrics-port"),
-    metricsAddress: values["metrics-address"],
-    keyServiceEndpoint: keyService,
+    metricsAddress: parseListenAddress(values["metrics-address"], "--metrics-address"),
+    keyServiceEndpoint: parseEndpointFlag(
+      keyService,
+      "--key-service-endpoint",
+      "key-service.kube-system:9000",
+    ),
     attestationVariant: variant,
     configDir: values["config-dir"],
     kubernetesDir: values["kubernetes-dir"],
     apiServerEndpoint: endpoint,
     metadataUrl,
     kubeconfig: values.kubeconfig,
+    serviceNetwork,
     tlsCert: values["tls-cert"],
     tlsKey: values["tls-key"],
     ratePerPeer: parsePositive(values["rate-per-peer"], "--rate-per-peer"),
-    burstPerPeer: whole("--burst-per-peer", values["burst-per-peer"]),
+    burstPerPeer: parseCount(values["burst-per-peer"], "--burst-per-peer"),
     rateGlobal: parsePositive(values["rate-global"], "--rate-global"),
-    burstGlobal: whole("--burst-global", values["burst-global"]),
-    verifyConcurrency: whole("--verify-concurrency", values["verify-concurrency"]),
-    verifyQueue: whole("--verify-queue", values["verify-queue"]),
+    burstGlobal: parseCount(values["burst-global"], "--burst-global"),
+    verifyConcurrency: parseCount(values["verify-concurrency"], "--verify-concurrency"),
+    verifyQueue: parseCount(values["verify-queue"], "--verify-queue"),
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
     logLevel,
     limits: parseConnectionLimits(values),

@@ -1,7 +1,8 @@
 /**
  * The cluster CA as the join service uses it: loaded from `ca.crt` and
- * `ca.key`, and signing kubelet certificates from the DER CSRs joining nodes
- * send.
+ * `ca.key`, and signing kubelet client certificates from the DER CSRs
+ * joining nodes send (see {@linkcode signKubeletCertificate} for why they
+ * are client certificates only).
  *
  * The original signed any self-signed CSR with the right O and CN and
  * silently dropped everything else it asked for. This signer rejects a CSR
@@ -13,16 +14,29 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import { AsnConvert } from "@peculiar/asn1-schema";
-import { ECParameters, ECPrivateKey, id_ecPublicKey, id_secp256r1, id_secp384r1 } from "@peculiar/asn1-ecc";
-import { id_rsaEncryption, RSAPrivateKey } from "@peculiar/asn1-rsa";
-import { PrivateKey, PrivateKeyInfo } from "@peculiar/asn1-pkcs8";
-import { AlgorithmIdentifier, Extensions, id_ce_subjectAltName, type Name } from "@peculiar/asn1-x509";
+import { Extensions, id_ce_subjectAltName, type Name } from "@peculiar/asn1-x509";
 import { CertificationRequest } from "@peculiar/asn1-csr";
 import * as asn1js from "asn1js";
 import * as x509 from "../x509/x509.ts";
+import { DerError, parseDer } from "../x509/der.ts";
+import { decodePem, encodePem, PemError } from "../x509/pem.ts";
+import { checkKeyMatchesCertificate, importSigningKey, PrivateKeyError } from "../x509/private_key.ts";
 import { type Clock, systemClock } from "../clock.ts";
-import { NodeNameError, nodeNameFromCommonName } from "./nodename.ts";
+import {
+  firstAddress,
+  formatIp,
+  ipEquals,
+  type IpNetwork,
+  isLoopbackOrUnspecified,
+  parseIp,
+} from "../net/ip.ts";
+import { SharedLoad } from "../async/shared_load.ts";
+import { fileStamp } from "../fs/file_stamp.ts";
+import type { ApiServerEndpointSource, KubeletSigner } from "./dependencies.ts";
+import { k8sCompliantHostname, NodeNameError, nodeNameFromCommonName } from "./nodename.ts";
+import { reject } from "./rejections.ts";
 
 /** Where kubeadm keeps the cluster CA. */
 export const DEFAULT_CA_CERT_FILE = "/etc/kubernetes/pki/ca.crt";
@@ -38,7 +52,7 @@ export const KUBELET_CERT_BACKDATE_MS = 2 * 60 * 60 * 1000;
 export const KUBELET_CERT_VALIDITY_MS = 8760 * 60 * 60 * 1000;
 
 /** Why the CA could not be loaded or a CSR could not be signed. */
-export type KubeletCaErrorCode =
+export type KubeletCaFailure =
   | "ca-unreadable" // a CA file cannot be read
   | "ca-certificate-invalid" // ca.crt has no usable certificate
   | "ca-key-invalid" // ca.key has no usable key
@@ -49,16 +63,7 @@ export type KubeletCaErrorCode =
   | "csr-rejected"; // the CSR asks for something a kubelet certificate may not have
 
 /** The CA could not be loaded or a CSR could not be signed. Never carries key material. */
-export class KubeletCaError extends Error {
-  /** Machine-readable reason. */
-  readonly code: KubeletCaErrorCode;
-
-  constructor(code: KubeletCaErrorCode, message: string) {
-    super(message);
-    this.name = "KubeletCaError";
-    this.code = code;
-  }
-}
+export class KubeletCaError extends ReasonError<KubeletCaFailure> {}
 
 /** A loaded cluster CA, ready to sign. */
 export interface KubeletCa {
@@ -119,17 +124,37 @@ export async function parseKubeletCa(
 ): Promise<KubeletCa> {
   const sources = { cert: options.certSource ?? "ca.crt", key: options.keySource ?? "ca.key" };
   const certificate = parseCaCertificate(certPem, sources.cert);
-  const key = await importCaKey(keyPem, sources.key);
-  await checkKeyMatchesCertificate(key, certificate, sources);
-  return { certificate, privateKey: key.privateKey, signingAlgorithm: key.signingAlgorithm };
+  try {
+    const key = await importSigningKey(keyPem, sources.key);
+    await checkKeyMatchesCertificate(key, certificate, sources);
+    return { certificate, privateKey: key.privateKey, signingAlgorithm: key.signingAlgorithm };
+  } catch (error) {
+    if (error instanceof PrivateKeyError) {
+      throw new KubeletCaError(caKeyFailures[error.reason], error.message);
+    }
+    throw error;
+  }
 }
+
+/** The CA failure of each private key failure. */
+const caKeyFailures: Record<PrivateKeyError["reason"], KubeletCaFailure> = {
+  invalid: "ca-key-invalid",
+  unsupported: "ca-key-unsupported",
+  mismatch: "ca-key-mismatch",
+};
 
 /**
  * The first `CERTIFICATE` block of a PEM text, parsed. `source` names the
  * input in errors. Throws {@linkcode KubeletCaError}.
  */
 export function parseCaCertificate(pem: string, source: string): x509.X509Certificate {
-  const blocks = decodePem(pem, source, "ca-certificate-invalid");
+  let blocks;
+  try {
+    blocks = decodePem(pem, source);
+  } catch (error) {
+    if (error instanceof PemError) throw new KubeletCaError("ca-certificate-invalid", error.message);
+    throw error;
+  }
   const block = blocks.find((b) => b.type === "CERTIFICATE");
   if (!block) {
     throw new KubeletCaError(
@@ -149,22 +174,45 @@ export function parseCaCertificate(pem: string, source: string): x509.X509Certif
   }
 }
 
+/** An address no kubelet certificate may carry, and what it is (for the error message). */
+export interface ReservedAddress {
+  /** 4 or 16 bytes. */
+  address: Uint8Array;
+  /** E.g. "the API server endpoint". */
+  what: string;
+}
+
 /** Options for {@linkcode signKubeletCertificate}. */
 export interface SignKubeletCertificateOptions {
   /** Time source for the validity window; default the system clock. */
   clock?: Clock;
+  /**
+   * Addresses of the cluster a node may not claim, besides loopback and
+   * unspecified addresses (always refused): the API server endpoint and the
+   * service network's first address.
+   */
+  reservedAddresses?: readonly ReservedAddress[];
 }
 
 /**
- * Signs a kubelet certificate for a DER PKCS#10 CSR and returns it as PEM.
+ * Signs a kubelet client certificate for a DER PKCS#10 CSR and returns it
+ * as PEM: the kubelet's identity towards the API server
+ * (`system:node:<name>` in group `system:nodes`).
  *
  * The CSR must verify under its own key, have exactly the subject
  * `O=system:nodes, CN=system:node:<name>` and request nothing but IP
- * addresses as subject alternative names. The certificate has a random
- * positive 128-bit serial, is valid from now − 2 h to now + 8760 h, has key
- * usage digitalSignature|keyEncipherment (critical), extended key usage
- * clientAuth and serverAuth, `CA:FALSE`, the CSR's IP addresses and the CA's
- * key identifier as authority key identifier (when the CA has one).
+ * addresses as subject alternative names, none of them loopback,
+ * unspecified or reserved (`options.reservedAddresses`). The certificate
+ * has a random positive 128-bit serial, is valid from now − 2 h to now +
+ * 8760 h, has key usage digitalSignature (critical), extended key usage
+ * clientAuth only, `CA:FALSE`, the CSR's IP addresses and the CA's key
+ * identifier as authority key identifier (when the CA has one).
+ *
+ * It is never a serving certificate: the cluster CA signs it, and every
+ * kubeconfig trusts that CA for the API server, so a certificate with
+ * serverAuth for an address the node chose could impersonate the API
+ * server. (The original signed clientAuth and serverAuth and wrote the
+ * certificate to the kubelet's `tlsCertFile`, its serving certificate.)
  * Throws {@linkcode KubeletCaError}.
  */
 export async function signKubeletCertificate(
@@ -175,14 +223,12 @@ export async function signKubeletCertificate(
   const csr = parseCertificateRequest(csrDer);
   await verifyCertificateRequestSignature(csrDer);
   const request = checkCertificateRequest(csr);
+  checkAddresses(request.ipAddresses, options.reservedAddresses ?? []);
 
   const now = (options.clock ?? systemClock).now();
   const extensions: x509.Extension[] = [
-    new x509.KeyUsagesExtension(
-      x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment,
-      true,
-    ),
-    new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth, x509.ExtendedKeyUsage.serverAuth]),
+    new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
+    new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
     new x509.BasicConstraintsExtension(false, undefined, true),
   ];
   const caKeyId = ca.certificate.getExtension(x509.SubjectKeyIdentifierExtension)?.keyId;
@@ -200,7 +246,7 @@ export async function signKubeletCertificate(
     signingAlgorithm: ca.signingAlgorithm,
     extensions,
   });
-  return certificate.toString("pem") + "\n";
+  return encodePem(certificate.rawData, "CERTIFICATE");
 }
 
 /**
@@ -219,164 +265,6 @@ export function nodeNameFromCsr(csrDer: Uint8Array): string {
     throw rejected(`certificate request must have exactly one common name but has ${describe(commonNames)}`);
   }
   return nodeNameOf(commonNames[0]);
-}
-
-// --- PEM and keys ---
-
-interface PemBlock {
-  type: string;
-  rawData: ArrayBuffer;
-  headers: { key: string }[];
-}
-
-function decodePem(pem: string, source: string, code: KubeletCaErrorCode): PemBlock[] {
-  let blocks: PemBlock[];
-  try {
-    blocks = x509.PemConverter.decodeWithHeaders(pem);
-  } catch {
-    throw new KubeletCaError(code, `${source}: PEM data is malformed`);
-  }
-  if (blocks.length === 0) throw new KubeletCaError(code, `no PEM data found in ${source}`);
-  return blocks;
-}
-
-const PEM_EC_PRIVATE_KEY = "EC PRIVATE KEY";
-const PEM_RSA_PRIVATE_KEY = "RSA PRIVATE KEY";
-const PEM_PRIVATE_KEY = "PRIVATE KEY";
-
-/** ECDSA curves WebCrypto signs with, by curve OID, with the hash Go's x509 pairs with each. */
-const ecCurves: Record<string, { namedCurve: string; hash: string }> = {
-  [id_secp256r1]: { namedCurve: "P-256", hash: "SHA-256" },
-  [id_secp384r1]: { namedCurve: "P-384", hash: "SHA-384" },
-};
-
-const keyAlgorithmNames: Record<string, string> = {
-  "1.3.101.112": "Ed25519",
-  "1.3.101.113": "Ed448",
-  "1.2.840.113549.1.1.10": "RSASSA-PSS",
-  "1.2.840.10040.4.1": "DSA",
-};
-
-interface ImportedCaKey {
-  privateKey: CryptoKey;
-  signingAlgorithm: EcdsaParams | Algorithm;
-  verifyAlgorithm: EcKeyImportParams | RsaHashedImportParams;
-}
-
-async function importCaKey(pem: string, source: string): Promise<ImportedCaKey> {
-  const block = decodePem(pem, source, "ca-key-invalid")[0];
-  if (block.headers.length > 0) {
-    throw new KubeletCaError(
-      "ca-key-unsupported",
-      `${source}: PEM headers are not supported (is the key encrypted?)`,
-    );
-  }
-  const pkcs8 = toPrivateKeyInfo(block, source);
-  const algorithm = pkcs8.privateKeyAlgorithm.algorithm;
-  let importAlgorithm: EcKeyImportParams | RsaHashedImportParams;
-  let signingAlgorithm: EcdsaParams | Algorithm;
-  if (algorithm === id_rsaEncryption) {
-    importAlgorithm = { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" };
-    signingAlgorithm = { name: "RSASSA-PKCS1-v1_5" };
-  } else if (algorithm === id_ecPublicKey) {
-    const curveOid = namedCurveOf(pkcs8.privateKeyAlgorithm.parameters, source);
-    const curve = ecCurves[curveOid];
-    if (!curve) {
-      throw new KubeletCaError("ca-key-unsupported", `${source}: unsupported elliptic curve ${curveOid}`);
-    }
-    importAlgorithm = { name: "ECDSA", namedCurve: curve.namedCurve };
-    signingAlgorithm = { name: "ECDSA", hash: curve.hash };
-  } else {
-    const name = keyAlgorithmNames[algorithm] ?? algorithm;
-    throw new KubeletCaError("ca-key-unsupported", `${source}: unsupported private key algorithm ${name}`);
-  }
-  const der = new Uint8Array(AsnConvert.serialize(pkcs8));
-  try {
-    const privateKey = await crypto.subtle.importKey("pkcs8", der, importAlgorithm, false, ["sign"]);
-    return { privateKey, signingAlgorithm, verifyAlgorithm: importAlgorithm };
-  } catch {
-    throw new KubeletCaError("ca-key-invalid", `${source}: the ${block.type} is not a valid key`);
-  } finally {
-    der.fill(0);
-  }
-}
-
-/** The PKCS#8 form of a SEC1, PKCS#1 or PKCS#8 key block (WebCrypto imports only PKCS#8). */
-function toPrivateKeyInfo(block: PemBlock, source: string): PrivateKeyInfo {
-  const malformed = () => new KubeletCaError("ca-key-invalid", `${source}: malformed ${block.type}`);
-  switch (block.type) {
-    case PEM_EC_PRIVATE_KEY: {
-      const key = parseDer(block.rawData, ECPrivateKey, malformed);
-      const namedCurve = key.parameters?.namedCurve;
-      if (!namedCurve) throw unnamedCurve(source);
-      return new PrivateKeyInfo({
-        privateKeyAlgorithm: new AlgorithmIdentifier({
-          algorithm: id_ecPublicKey,
-          parameters: AsnConvert.serialize(new ECParameters({ namedCurve })),
-        }),
-        privateKey: new PrivateKey(block.rawData),
-      });
-    }
-    case PEM_RSA_PRIVATE_KEY:
-      parseDer(block.rawData, RSAPrivateKey, malformed);
-      return new PrivateKeyInfo({
-        privateKeyAlgorithm: new AlgorithmIdentifier({ algorithm: id_rsaEncryption, parameters: null }),
-        privateKey: new PrivateKey(block.rawData),
-      });
-    case PEM_PRIVATE_KEY:
-      return parseDer(block.rawData, PrivateKeyInfo, malformed);
-    default:
-      throw new KubeletCaError(
-        "ca-key-unsupported",
-        `unsupported key type ${JSON.stringify(block.type)} in ${source} ` +
-          `(want "${PEM_EC_PRIVATE_KEY}", "${PEM_RSA_PRIVATE_KEY}" or "${PEM_PRIVATE_KEY}")`,
-      );
-  }
-}
-
-function namedCurveOf(parameters: ArrayBuffer | null | undefined, source: string): string {
-  const malformed = () =>
-    new KubeletCaError("ca-key-invalid", `${source}: malformed elliptic curve parameters`);
-  const namedCurve = parameters ? parseDer(parameters, ECParameters, malformed).namedCurve : undefined;
-  if (!namedCurve) throw unnamedCurve(source);
-  return namedCurve;
-}
-
-function unnamedCurve(source: string): KubeletCaError {
-  return new KubeletCaError("ca-key-unsupported", `${source}: the EC private key does not name its curve`);
-}
-
-async function checkKeyMatchesCertificate(
-  key: ImportedCaKey,
-  certificate: x509.X509Certificate,
-  sources: { cert: string; key: string },
-): Promise<void> {
-  const mismatch = () =>
-    new KubeletCaError(
-      "ca-key-mismatch",
-      `CA key does not match CA certificate (${sources.key}, ${sources.cert})`,
-    );
-  let publicKey: CryptoKey;
-  try {
-    publicKey = await crypto.subtle.importKey(
-      "spki",
-      new Uint8Array(certificate.publicKey.rawData),
-      key.verifyAlgorithm,
-      false,
-      ["verify"],
-    );
-  } catch {
-    throw mismatch(); // the certificate's key is of another type or curve
-  }
-  const probe = crypto.getRandomValues(new Uint8Array(32));
-  let signature: ArrayBuffer;
-  try {
-    signature = await crypto.subtle.sign(key.signingAlgorithm, key.privateKey, probe);
-  } catch {
-    // WebCrypto imports some invalid keys (e.g. a zero EC scalar) and only fails when signing.
-    throw new KubeletCaError("ca-key-invalid", `${sources.key}: the CA key is not a valid key`);
-  }
-  if (!await crypto.subtle.verify(key.signingAlgorithm, publicKey, signature, probe)) throw mismatch();
 }
 
 // --- certificate requests ---
@@ -433,11 +321,17 @@ function describe(values: string[]): string {
 
 function parseCertificateRequest(der: Uint8Array): CertificationRequest {
   if (der.length === 0) throw new KubeletCaError("csr-malformed", "certificate request is empty");
-  return parseDer(
-    der,
-    CertificationRequest,
-    () => new KubeletCaError("csr-malformed", "certificate request is not a DER-encoded PKCS#10 request"),
-  );
+  return parseCsrDer(der, CertificationRequest, "certificate request is not a DER-encoded PKCS#10 request");
+}
+
+/** DER of a CSR part; a parse failure is "csr-malformed" with `message`. */
+function parseCsrDer<T>(data: ArrayBuffer | Uint8Array, schema: new () => T, message: string): T {
+  try {
+    return parseDer(data, schema, "certificate request");
+  } catch (error) {
+    if (error instanceof DerError) throw new KubeletCaError("csr-malformed", message);
+    throw error;
+  }
 }
 
 async function verifyCertificateRequestSignature(der: Uint8Array): Promise<void> {
@@ -520,10 +414,10 @@ function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint
       throw rejected("certificate request must have at most one extension request with one value");
     }
     sawExtensionRequest = true;
-    const extensions = parseDer(
+    const extensions = parseCsrDer(
       attribute.values[0],
       Extensions,
-      () => new KubeletCaError("csr-malformed", "certificate request has a malformed extension request"),
+      "certificate request has a malformed extension request",
     );
     for (const extension of extensions) {
       if (extension.extnID !== id_ce_subjectAltName) {
@@ -590,6 +484,19 @@ function ipAddressesOf(der: Uint8Array): Uint8Array[] {
   return ipAddresses;
 }
 
+/** Refuses loopback, unspecified and reserved addresses. */
+function checkAddresses(ipAddresses: readonly Uint8Array[], reserved: readonly ReservedAddress[]): void {
+  for (const ip of ipAddresses) {
+    if (isLoopbackOrUnspecified(ip)) {
+      throw rejected(
+        `certificate request may not contain the loopback or unspecified address ${formatIp(ip)}`,
+      );
+    }
+    const match = reserved.find((r) => ipEquals(r.address, ip));
+    if (match) throw rejected(`certificate request may not contain ${formatIp(ip)}, ${match.what}`);
+  }
+}
+
 function ipAddressesExtension(ipAddresses: Uint8Array[]): x509.Extension {
   const names = new asn1js.Sequence({
     value: ipAddresses.map((ip) =>
@@ -606,34 +513,73 @@ function randomSerialNumber(): string {
   return crypto.getRandomValues(new Uint8Array(16)).toHex();
 }
 
-// --- DER ---
+// --- the join service's signer ---
 
-/**
- * Parses DER into an ASN.1 schema class, requiring that the encoding spans
- * the whole input (the ASN.1 library ignores trailing bytes; Go rejects them).
- */
-function parseDer<T>(
-  data: ArrayBuffer | Uint8Array,
-  schema: new () => T,
-  onError: () => KubeletCaError,
-): T {
-  const bytes = new Uint8Array(data);
-  if (derLength(bytes) !== bytes.length) throw onError();
-  try {
-    return AsnConvert.parse(bytes, schema);
-  } catch {
-    throw onError();
-  }
+/** Options for {@linkcode kubeletSigner}. */
+export interface KubeletSignerOptions {
+  /** Holds `ca.crt` and `ca.key`. */
+  pkiDir: string;
+  /** Time source for validity windows. */
+  clock: Clock;
+  /** The cluster's service network (kube-apiserver's `--service-cluster-ip-range`): its first address is the API server's Service. */
+  serviceNetwork: IpNetwork;
+  /** Where nodes reach the API server: a certificate may not carry its address. */
+  apiServerEndpoint: ApiServerEndpointSource;
 }
 
-/** Length of the DER element at the start of `bytes` (single-byte tag), or -1 when it is malformed. */
-function derLength(bytes: Uint8Array): number {
-  if (bytes.length < 2 || (bytes[0] & 0x1f) === 0x1f) return -1;
-  const first = bytes[1];
-  if (first < 0x80) return 2 + first;
-  const count = first & 0x7f;
-  if (count === 0 || count > 4 || bytes.length < 2 + count) return -1;
-  let length = 0;
-  for (let i = 0; i < count; i++) length = length * 256 + bytes[2 + i];
-  return 2 + count + length;
+/**
+ * The join service's {@linkcode KubeletSigner}: the CA in
+ * `<pki>/ca.{crt,key}`, loaded once for all requests and again when the
+ * files change, refusing the API server's endpoint address and the service
+ * network's first address besides loopback. `checkCa` loads the CA once,
+ * for a clear error at start.
+ */
+export function kubeletSigner(options: KubeletSignerOptions): KubeletSigner & { checkCa(): Promise<void> } {
+  const certFile = `${options.pkiDir}/ca.crt`;
+  const keyFile = `${options.pkiDir}/ca.key`;
+  const ca = new SharedLoad(() => readKubeletCa({ certFile, keyFile }));
+  const loadCa = async (signal?: AbortSignal) => {
+    try {
+      return await ca.get({ version: await fileStamp([certFile, keyFile]), signal });
+    } catch (error) {
+      if (!(error instanceof KubeletCaError)) throw error;
+      throw reject("misconfigured", `cluster CA unusable: ${error.message}`);
+    }
+  };
+  const serviceAddress: ReservedAddress = {
+    address: firstAddress(options.serviceNetwork),
+    what: "the first address of the service network (the API server's Service)",
+  };
+  return {
+    async checkCa() {
+      await loadCa();
+    },
+    async sign(csrDer, { signal }) {
+      const [loaded, endpoint] = await Promise.all([
+        loadCa(signal),
+        options.apiServerEndpoint.current({ signal }),
+      ]);
+      const endpointAddress = parseIp(endpointHost(endpoint));
+      const reservedAddresses = endpointAddress
+        ? [serviceAddress, { address: endpointAddress, what: "the API server endpoint's address" }]
+        : [serviceAddress];
+      try {
+        const certificatePem = await signKubeletCertificate(csrDer, loaded, {
+          clock: options.clock,
+          reservedAddresses,
+        });
+        return { certificatePem, nodeName: k8sCompliantHostname(nodeNameFromCsr(csrDer)) };
+      } catch (error) {
+        const refused = (error instanceof KubeletCaError && error.reason.startsWith("csr-")) ||
+          error instanceof NodeNameError;
+        if (!refused) throw error; // not the node's fault: an internal error, logged by the service
+        throw reject("csr-rejected", `certificate request rejected: ${error.message}`);
+      }
+    },
+  };
+}
+
+/** The host of "host:port" or "[v6]:port". */
+function endpointHost(endpoint: string): string {
+  return endpoint.replace(/:\d+$/, "");
 }

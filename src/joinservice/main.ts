@@ -7,8 +7,10 @@
  * one ends the process with status 1 and one log line naming it: the
  * attestation config (`<config-dir>/attestationConfig`, reloaded on change
  * afterwards), the measurement salt (`<config-dir>/measurementSalt`), the
- * kubeconfig (or in-cluster service account), `<kubernetes-dir>/admin.conf`
- * and the cluster CA in `<kubernetes-dir>/pki/`. A bad command line ends it
+ * kubeconfig (or in-cluster service account), `<kubernetes-dir>/admin.conf`,
+ * the cluster CA in `<kubernetes-dir>/pki/`, and the serving certificate
+ * and key (`--tls-cert`, `--tls-key`: parsed, and the key must be the
+ * certificate's). A bad command line ends it
  * with status 2. The key service need not be up at start: calls that need it
  * fail with Unavailable until it is, and the service recovers by itself.
  * SIGTERM or SIGINT stops accepting connections, lets calls in flight
@@ -33,7 +35,6 @@
  *
  * @module
  */
-import { ConnectError } from "@connectrpc/connect";
 import { knownVariants } from "../attestation/registry.ts";
 import { AttestationConfigWatcher } from "../attestation/watcher.ts";
 import { systemClock } from "../clock.ts";
@@ -43,25 +44,29 @@ import { KubernetesClient } from "../kubernetes/client.ts";
 import { inClusterConfig } from "../kubernetes/in_cluster.ts";
 import { loadKubeconfig } from "../kubernetes/kubeconfig.ts";
 import { WorkPool } from "../limits/pool.ts";
-import { RateLimiter } from "../limits/ratelimiter.ts";
+import { PeerRateLimiter, TokenBucket } from "../limits/ratelimiter.ts";
 import { createLogger, type Logger } from "../log/logger.ts";
 import { MetricsRegistry, serveMetrics } from "../metrics/registry.ts";
 import { serveRpc } from "../rpc/server.ts";
 import { terminationSignal } from "../rpc/signals.ts";
 import { readSecretFile } from "../secrets/secret_file.ts";
 import { createSelfSignedCertificate } from "../x509/selfsigned.ts";
+import { readTlsKeyPair } from "../x509/tls_key_pair.ts";
 import { API } from "../gen/join/join_pb.ts";
-import {
-  bootstrapTokens,
-  clusterInfo,
-  joiningNodes,
-  keySource,
-  kubeletSigner,
-  sshHostCertifier,
-} from "./dependencies.ts";
+import { auditLog } from "./audit.ts";
+import { bootstrapTokens } from "./bootstraptoken.ts";
+import { discoveryHashSource } from "./cahash.ts";
+import { componentsSource } from "./components.ts";
+import { controlPlaneFilesSource } from "./controlplanefiles.ts";
+import type { JoinServiceMetrics } from "./dependencies.ts";
+import { apiServerEndpointSource } from "./endpoint.ts";
 import { createAttestedExchange } from "./exchange.ts";
 import { JOIN_SERVICE_USAGE, type JoinServiceFlags, parseJoinServiceFlags } from "./flags.ts";
-import { createJoinService, type JoinServiceMetrics } from "./server.ts";
+import { joiningNodes } from "./joiningnodes.ts";
+import { keySource } from "./keysource.ts";
+import { kubeletSigner } from "./kubeletca.ts";
+import { JoinService } from "./service.ts";
+import { sshHostCertifier } from "./sshca.ts";
 
 const EXIT_FAILURE = 1;
 /** Largest request message accepted: evidence (64 KiB cap) plus a CSR fit comfortably. */
@@ -84,8 +89,7 @@ export async function main(args: string[]): Promise<number> {
   try {
     running = await start(flags, logger);
   } catch (err) {
-    // A ConnectError's message starts with its code ("[internal] ..."), which means nothing at startup.
-    const message = err instanceof ConnectError ? err.rawMessage : (err as Error).message;
+    const message = err instanceof Error ? err.message : String(err);
     logger.error(`cannot start: ${message.split("\n")[0]}`);
     return EXIT_FAILURE;
   }
@@ -121,18 +125,24 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     description: "measurement salt",
     minLength: MEASUREMENT_SALT_MIN_LENGTH,
   });
+  const tls = flags.tlsCert
+    ? await readTlsKeyPair({
+      certFile: flags.tlsCert,
+      keyFile: flags.tlsKey!,
+      certName: "--tls-cert",
+      keyName: "--tls-key",
+    })
+    : await createSelfSignedCertificate({ commonName: "join-service", dnsNames: ["localhost"] });
   const connection = flags.kubeconfig ? await loadKubeconfig(flags.kubeconfig) : await inClusterConfig();
   const client = new KubernetesClient(connection, { logger });
-  const kubeletCa = kubeletSigner({ pkiDir: `${flags.kubernetesDir}/pki`, clock });
-  const cluster = clusterInfo({
-    client,
-    kubernetesDir: flags.kubernetesDir,
-    endpoint: flags.apiServerEndpoint
-      ? { fixed: flags.apiServerEndpoint }
-      : { metadataUrl: flags.metadataUrl! },
-  });
+  const pkiDir = `${flags.kubernetesDir}/pki`;
+  const apiServerEndpoint = apiServerEndpointSource(
+    flags.apiServerEndpoint ? { fixed: flags.apiServerEndpoint } : { metadataUrl: flags.metadataUrl! },
+  );
+  const kubeletCa = kubeletSigner({ pkiDir, clock, serviceNetwork: flags.serviceNetwork, apiServerEndpoint });
+  const discoveryHash = discoveryHashSource({ adminConf: `${flags.kubernetesDir}/admin.conf` });
   // Fail at start, not on the first node, when the control plane's files are unusable.
-  await cluster.discoveryTokenCaCertHash({});
+  await discoveryHash.current({});
   await kubeletCa.checkCa();
 
   const keyService = createKeyServiceClient({ endpoint: flags.keyServiceEndpoint });
@@ -160,42 +170,37 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     apiServerSeconds: registry.histogram("join_api_server_seconds", "API server call latency by operation."),
   };
 
-  const service = createJoinService({
-    exchange: createAttestedExchange({
-      keys,
-      validators: watcher,
-      clock,
-      nonceLifetimeMs: flags.nonceLifetimeMs,
-    }),
+  const service = new JoinService({
+    exchange: createAttestedExchange({ keys, clock, nonceLifetimeMs: flags.nonceLifetimeMs }),
     attestation: watcher,
     keys,
     kubeletSigner: kubeletCa,
-    cluster,
+    components: componentsSource({ client }),
+    discoveryHash,
+    apiServerEndpoint,
+    controlPlaneFiles: controlPlaneFilesSource({ pkiDir }),
     tokens: bootstrapTokens({ client, clock }),
     joiningNodes: joiningNodes({ client, clock, logger }),
     ssh: sshHostCertifier({ keys, clock }),
     measurementSalt,
-    rateLimiter: new RateLimiter({
+    peerLimiter: new PeerRateLimiter({
       perPeer: { perSecond: flags.ratePerPeer, burst: flags.burstPerPeer },
-      global: { perSecond: flags.rateGlobal, burst: flags.burstGlobal },
       clock,
     }),
+    ticketBudget: new TokenBucket({ rate: { perSecond: flags.rateGlobal, burst: flags.burstGlobal }, clock }),
     verifierPool: new WorkPool({ concurrency: flags.verifyConcurrency, maxQueued: flags.verifyQueue }),
     metrics,
-    audit: logger.with({ log: "audit" }),
+    audit: auditLog(logger.with({ log: "audit" })),
     logger,
     clock,
   });
 
-  const tls = flags.tlsCert
-    ? { cert: await Deno.readTextFile(flags.tlsCert), key: await Deno.readTextFile(flags.tlsKey!) }
-    : await createSelfSignedCertificate({ commonName: "join-service", dnsNames: ["localhost"] });
   const metricsServer = await serveMetrics(registry, {
     hostname: flags.metricsAddress,
     port: flags.metricsPort,
   });
   const server = await serveRpc({
-    routes: (router) => router.service(API, service),
+    routes: (router) => router.service(API, service.handlers()),
     hostname: flags.listenAddress,
     port: flags.port,
     tls,

@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 
 /** The common-name prefix of a kubelet certificate: `system:node:<nodeName>`. */
 export const NODE_COMMON_NAME_PREFIX = "system:node:";
@@ -20,19 +21,10 @@ const dns1123Label = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const dns1123Subdomain = new RegExp(`^${dns1123Label}(\\.${dns1123Label})*$`);
 
 /** Why a node name was rejected. */
-export type NodeNameErrorCode = "missing-prefix" | "empty" | "too-long" | "invalid";
+export type NodeNameFailure = "missing-prefix" | "empty" | "too-long" | "invalid";
 
 /** A node name cannot be used. The message names the offending value. */
-export class NodeNameError extends Error {
-  /** Machine-readable reason. */
-  readonly code: NodeNameErrorCode;
-
-  constructor(code: NodeNameErrorCode, message: string) {
-    super(message);
-    this.name = "NodeNameError";
-    this.code = code;
-  }
-}
+export class NodeNameError extends ReasonError<NodeNameFailure> {}
 
 /**
  * The node name in a kubelet certificate common name, i.e. what follows
@@ -70,9 +62,9 @@ export function nodeNameFromCommonName(commonName: string): string {
  * ```
  */
 export function k8sCompliantHostname(name: string): string {
-  const fail = (code: NodeNameErrorCode, why: string): never => {
+  const fail = (reason: NodeNameFailure, why: string): never => {
     throw new NodeNameError(
-      code,
+      reason,
       `failed to generate a Kubernetes compliant hostname for ${JSON.stringify(name)}: ${why}`,
     );
   };

@@ -11,7 +11,11 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
+import { SharedLoad } from "../async/shared_load.ts";
 import { type Clock, systemClock } from "../clock.ts";
+import type { KeySource, SshHostCertifier } from "./dependencies.ts";
+import { reject } from "./rejections.ts";
 
 /** Key ID under which the join service asks the key service for the CA seed. */
 export const SSH_CA_KEY_ID = "ca_emergency_ssh";
@@ -31,7 +35,7 @@ const NEVER_EXPIRES = 0xffff_ffff_ffff_ffffn;
 const ED25519_PKCS8_PREFIX = Uint8Array.fromHex("302e020100300506032b657004220420");
 
 /** Why an SSH key or certificate request was rejected. */
-export type SshCaErrorCode =
+export type SshCaFailure =
   | "invalid-seed"
   | "malformed-key"
   | "unsupported-key"
@@ -39,16 +43,7 @@ export type SshCaErrorCode =
   | "invalid-validity";
 
 /** An SSH CA input was rejected. Never carries key material of the CA. */
-export class SshCaError extends Error {
-  /** Machine-readable reason. */
-  readonly code: SshCaErrorCode;
-
-  constructor(code: SshCaErrorCode, message: string) {
-    super(message);
-    this.name = "SshCaError";
-    this.code = code;
-  }
-}
+export class SshCaError extends ReasonError<SshCaFailure> {}
 
 /** Options for {@linkcode SshCa.signHostCertificate}. */
 export interface SignHostCertificateOptions {
@@ -113,7 +108,7 @@ export class SshCa {
     options: SignHostCertificateOptions = {},
   ): Promise<string> {
     const hostKey = parseHostPublicKey(hostPublicKeyWire);
-    checkPrincipals(principals);
+    checkHostPrincipals(principals);
     const { validityMs } = options;
     if (validityMs !== undefined && !(Number.isFinite(validityMs) && validityMs > 0)) {
       throw new SshCaError(
@@ -220,7 +215,15 @@ function isP256Point(point: Uint8Array): boolean {
   return mod(y * y) === mod(x * x * x - 3n * x + P256_B);
 }
 
-function checkPrincipals(principals: readonly string[]): void {
+/**
+ * Checks the principals of a host certificate: at least one, at most
+ * {@linkcode MAX_SSH_PRINCIPALS}, none empty, and none with whitespace,
+ * control characters or OpenSSH pattern characters (`*`, `?`, `!`, `,`):
+ * OpenSSH matches host principals as patterns, so `*` would make the
+ * certificate valid for every host. Throws {@linkcode SshCaError}
+ * ("invalid-principals").
+ */
+export function checkHostPrincipals(principals: readonly string[]): void {
   if (principals.length === 0) {
     // A certificate without principals is valid for every host.
     throw new SshCaError("invalid-principals", "an SSH host certificate needs at least one principal");
@@ -238,6 +241,15 @@ function checkPrincipals(principals: readonly string[]): void {
         `SSH host certificate principal ${
           quote(principal)
         } is empty or contains whitespace or control characters`,
+      );
+    }
+    const pattern = /[*?!,]/.exec(principal);
+    if (pattern) {
+      throw new SshCaError(
+        "invalid-principals",
+        `SSH host certificate principal ${quote(principal)} contains the pattern character ${
+          quote(pattern[0])
+        }; principals must name one host`,
       );
     }
   }
@@ -313,4 +325,35 @@ class SshReader {
   end(): void {
     if (this.#offset !== this.#data.length) throw malformedKey("trailing data after the key");
   }
+}
+
+// --- the join service's certifier ---
+
+/**
+ * The join service's {@linkcode SshHostCertifier}: the CA whose seed the key
+ * service derives under {@linkcode SSH_CA_KEY_ID}, fetched once for all
+ * requests (again after a failure).
+ */
+export function sshHostCertifier(options: { keys: KeySource; clock: Clock }): SshHostCertifier {
+  const ca = new SharedLoad(async () =>
+    await SshCa.fromSeed(await options.keys.getDataKey(SSH_CA_KEY_ID, SSH_CA_SEED_LENGTH, {}))
+  );
+  const encoder = new TextEncoder();
+  return {
+    async certify(hostPublicKey, principals, { signal }) {
+      const sshCa = await ca.get({ signal });
+      try {
+        const certificate = await sshCa.signHostCertificate(hostPublicKey, principals, {
+          clock: options.clock,
+        });
+        return {
+          hostCertificate: encoder.encode(certificate),
+          caPublicKey: encoder.encode(sshCa.authorizedCaPublicKey()),
+        };
+      } catch (error) {
+        if (!(error instanceof SshCaError)) throw error;
+        throw reject("ssh-host-key-rejected", `SSH host key: ${error.message}`);
+      }
+    },
+  };
 }

@@ -11,6 +11,7 @@
  */
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { API } from "../gen/kms/kms_pb.ts";
+import { parseEndpoint } from "../net/endpoint.ts";
 import { connectRpc } from "../rpc/client.ts";
 
 /** Options for {@linkcode createKeyServiceClient}. */
@@ -30,14 +31,14 @@ export interface GetDataKeyOptions {
 /** A key service client; dispose of it (or `close()` it) when done. */
 export interface KeyServiceClient extends Disposable {
   /**
-   * Returns the data key for `keyID` (without the "key-" prefix, which the
+   * Returns the data key for `keyId` (without the "key-" prefix, which the
    * key service adds) of `length` bytes.
    *
    * @throws {ConnectError} with the call's code: Unavailable (no connection)
    * and DeadlineExceeded are worth retrying (see
    * {@linkcode isRetryableKeyServiceError}); InvalidArgument is not.
    */
-  getDataKey(keyID: string, length: number, options?: GetDataKeyOptions): Promise<Uint8Array>;
+  getDataKey(keyId: string, length: number, options?: GetDataKeyOptions): Promise<Uint8Array>;
   /** Closes the client's connection; a later call opens a new one. */
   close(): void;
 }
@@ -56,9 +57,9 @@ export function createKeyServiceClient(options: KeyServiceClientOptions): KeySer
   const connection = connectRpc({ baseUrl });
   const client = createClient(API, connection.transport);
   return {
-    async getDataKey(keyID, length, callOptions = {}) {
+    async getDataKey(keyId, length, callOptions = {}) {
       const response = await client.getDataKey(
-        { dataKeyId: keyID, length },
+        { dataKeyId: keyId, length },
         { timeoutMs, signal: callOptions.signal },
       );
       if (response.dataKey.length !== length) {
@@ -80,14 +81,12 @@ export function isRetryableKeyServiceError(err: unknown): boolean {
   return code === Code.Unavailable || code === Code.DeadlineExceeded;
 }
 
-/** "host:port", "[v6]:port"; the host a DNS name or an address. */
-const ENDPOINT = /^(\[[0-9A-Fa-f:.]+\]|[^\s:/?#@[\]]+):(\d{1,5})$/;
-
 function endpointUrl(endpoint: string): string {
-  const match = ENDPOINT.exec(endpoint);
-  const port = Number(match?.[2]);
-  if (!match || port < 1 || port > 65535) {
+  let parsed;
+  try {
+    parsed = parseEndpoint(endpoint);
+  } catch {
     throw new TypeError(`invalid key service endpoint "${endpoint}": want host:port`);
   }
-  return `http://${match[1]}:${port}`;
+  return `http://${parsed.host}:${parsed.port}`;
 }

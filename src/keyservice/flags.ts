@@ -4,7 +4,7 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
-import { parseFlags, parsePort, UsageError } from "../flags/flags.ts";
+import { parseFlags, parseListenAddress, parsePort, UsageError } from "../flags/flags.ts";
 import {
   CONNECTION_LIMIT_OPTIONS,
   CONNECTION_LIMITS_USAGE,
@@ -22,6 +22,7 @@ export interface KeyServiceFlags {
   saltPath: string;
   /** Address to bind. */
   listenAddress: string;
+  /** The lowest level logged. */
   logLevel: LogLevel;
   /** Connection limits given on the command line. */
   limits: Partial<ConnectionLimits>;
@@ -35,7 +36,7 @@ plaintext HTTP/2: gRPC, gRPC-Web and Connect on one port).
 
 Flags:
   --port <port>             port to listen on, 0 for any free port (default 9000)
-  --listen-address <addr>   address to bind (default 0.0.0.0)
+  --listen-address <addr>   IP address to bind (default 0.0.0.0)
   --master-secret <file>    master secret file, at least 16 bytes (default /var/config/mastersecret)
   --salt <file>             salt file, at least 32 bytes (default /var/config/salt)
   --log-level <level>       debug, info, warn or error (default info)
@@ -48,7 +49,7 @@ ${CONNECTION_LIMITS_USAGE}`;
  * Parses the command line. Returns "help" when `--help` is given.
  *
  * @throws {UsageError} for an unknown flag, a positional argument, a missing
- * flag value, a bad port or a bad log level.
+ * flag value, a bad port, listen address or log level.
  */
 export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
   const values = parseFlags(args, {
@@ -67,12 +68,12 @@ export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  for (const name of ["listen-address", "master-secret", "salt"] as const) {
+  for (const name of ["master-secret", "salt"] as const) {
     if (values[name] === "") throw new UsageError(`--${name} must not be empty`);
   }
   return {
     port: parsePort(values.port),
-    listenAddress: values["listen-address"],
+    listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
     masterSecretPath: values["master-secret"],
     saltPath: values.salt,
     logLevel,

@@ -31,7 +31,7 @@
  *
  * @module
  */
-import { ClusterKMS } from "../kms/cluster_kms.ts";
+import { ClusterKms } from "../kms/cluster_kms.ts";
 import { MASTER_SALT_MIN_LENGTH, MASTER_SECRET_MIN_LENGTH } from "../kms/keys.ts";
 import { createLogger } from "../log/logger.ts";
 import { serveRpc } from "../rpc/server.ts";
@@ -69,7 +69,7 @@ export async function main(args: string[]): Promise<number> {
       description: "salt",
       minLength: MASTER_SALT_MIN_LENGTH,
     });
-    const kms = new ClusterKMS(masterSecret, salt);
+    const kms = new ClusterKms(masterSecret, salt);
     masterSecret.fill(0);
     salt.fill(0);
     server = await serveRpc({

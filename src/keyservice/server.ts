@@ -19,7 +19,8 @@ import { peerAddressKey } from "../rpc/peer.ts";
 
 /** Derives a data key from its full HKDF info (the cluster KMS). */
 export interface DataKeySource {
-  getDEK(dekID: string, length: number): Promise<Uint8Array>;
+  /** The `length`-byte key for the full HKDF info `dekId`. */
+  getDek(dekId: string, length: number): Promise<Uint8Array>;
 }
 
 /** Options for {@linkcode keyServiceRoutes}. */
@@ -35,7 +36,7 @@ export interface KeyServiceOptions {
  * length 0 → InvalidArgument "can't derive key with length zero"; empty ID →
  * InvalidArgument "no data key ID specified"; length above 8160 →
  * InvalidArgument (before anything is allocated). It then returns
- * `kms.getDEK("key-" + id, length)`; a KMS failure is Internal.
+ * `kms.getDek("key-" + id, length)`; a KMS failure is Internal.
  */
 export function keyServiceRoutes(options: KeyServiceOptions): (router: ConnectRouter) => void {
   const logger = options.logger ?? silentLogger;
@@ -45,7 +46,7 @@ export function keyServiceRoutes(options: KeyServiceOptions): (router: ConnectRo
   ): Promise<GetDataKeyResponse> => {
     const { dataKeyId, length } = request;
     logger.debug("GetDataKey", {
-      keyID: truncateForLog(dataKeyId),
+      keyId: truncateForLog(dataKeyId),
       length,
       peer: context.values.get(peerAddressKey),
     });
@@ -59,9 +60,9 @@ export function keyServiceRoutes(options: KeyServiceOptions): (router: ConnectRo
     }
     let dataKey: Uint8Array;
     try {
-      dataKey = await options.kms.getDEK(dataKeyInfo(dataKeyId), length);
+      dataKey = await options.kms.getDek(dataKeyInfo(dataKeyId), length);
     } catch (err) {
-      logger.error("deriving data key failed", { keyID: truncateForLog(dataKeyId), length, error: err });
+      logger.error("deriving data key failed", { keyId: truncateForLog(dataKeyId), length, error: err });
       throw new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal);
     }
     return create(GetDataKeyResponseSchema, { dataKey });
@@ -70,6 +71,6 @@ export function keyServiceRoutes(options: KeyServiceOptions): (router: ConnectRo
 }
 
 /** Key IDs are client-chosen and may be up to the 4 MiB message limit: keep log lines short. */
-function truncateForLog(keyID: string): string {
-  return keyID.length > 128 ? `${keyID.slice(0, 128)}…` : keyID;
+function truncateForLog(keyId: string): string {
+  return keyId.length > 128 ? `${keyId.slice(0, 128)}…` : keyId;
 }

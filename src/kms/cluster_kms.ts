@@ -9,7 +9,7 @@ import { KmsError } from "./errors.ts";
 import { deriveKey } from "./hkdf.ts";
 
 /** Derives data keys from a master secret and salt with HKDF-SHA256. */
-export class ClusterKMS {
+export class ClusterKms {
   readonly #masterKey: Uint8Array<ArrayBuffer>;
   readonly #salt: Uint8Array<ArrayBuffer>;
 
@@ -27,13 +27,13 @@ export class ClusterKMS {
   }
 
   /**
-   * Returns HKDF-SHA256(master key, salt, info = `dekID` as UTF-8, `length`).
-   * `dekID` is used verbatim (case-sensitive, prefix included, e.g.
+   * Returns HKDF-SHA256(master key, salt, info = `dekId` as UTF-8, `length`).
+   * `dekId` is used verbatim (case-sensitive, prefix included, e.g.
    * "key-measurementSecret"; see `dataKeyInfo` in keys.ts).
    *
    * @throws {KmsError} `invalid-length` for a length outside 1..8160.
    */
-  getDEK(dekID: string, length: number): Promise<Uint8Array<ArrayBuffer>> {
-    return deriveKey(this.#masterKey, this.#salt, dekID, length);
+  getDek(dekId: string, length: number): Promise<Uint8Array<ArrayBuffer>> {
+    return deriveKey(this.#masterKey, this.#salt, dekId, length);
   }
 }

@@ -3,9 +3,10 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 
 /** What went wrong, machine-readable. */
-export type KmsErrorCode =
+export type KmsFailure =
   | "invalid-length" // a derived key length outside 1..8160 bytes
   | "missing-master-key" // an empty master secret
   | "missing-salt" // an empty salt
@@ -17,13 +18,4 @@ export type KmsErrorCode =
  * A key derivation or KMS configuration failure. Messages never contain key
  * material: a URI's parameter values are never echoed.
  */
-export class KmsError extends Error {
-  /** The failure, machine-readable. */
-  readonly code: KmsErrorCode;
-
-  constructor(code: KmsErrorCode, message: string) {
-    super(message);
-    this.name = "KmsError";
-    this.code = code;
-  }
-}
+export class KmsError extends ReasonError<KmsFailure> {}

@@ -4,7 +4,7 @@
  *
  * ```text
  * measurementSecret = HKDF(master secret, salt, "key-measurementSecret", 32)
- * clusterID         = HKDF(measurementSecret, measurementSalt, "key-clusterID", 32)
+ * clusterId         = HKDF(measurementSecret, measurementSalt, "key-clusterID", 32)
  * state disk key    = HKDF(master secret, salt, "key-" + lower-case disk UUID, 32)
  * ```
  *
@@ -32,13 +32,13 @@ export const MASTER_SALT_MIN_LENGTH = 32;
 
 /** Derives a data key from its full HKDF info (e.g. the cluster KMS). */
 export interface DataKeyDeriver {
-  /** Returns the key for `dekID` (the full HKDF info, prefix included). */
-  getDEK(dekID: string, length: number): Promise<Uint8Array>;
+  /** Returns the key for `dekId` (the full HKDF info, prefix included). */
+  getDek(dekId: string, length: number): Promise<Uint8Array>;
 }
 
-/** The HKDF info of the data key with ID `keyID`: `"key-" + keyID`. */
-export function dataKeyInfo(keyID: string): string {
-  return DEK_PREFIX + keyID;
+/** The HKDF info of the data key with ID `keyId`: `"key-" + keyId`. */
+export function dataKeyInfo(keyId: string): string {
+  return DEK_PREFIX + keyId;
 }
 
 /**
@@ -46,25 +46,25 @@ export function dataKeyInfo(keyID: string): string {
  * case-sensitive, so a device reporting its UUID in upper case must still
  * get the same key.
  */
-export function stateDiskKeyID(diskUUID: string): string {
-  return diskUUID.toLowerCase();
+export function stateDiskKeyId(diskUuid: string): string {
+  return diskUuid.toLowerCase();
 }
 
 /** Derives the cluster's measurement secret (info "key-measurementSecret", 32 bytes). */
 export function deriveMeasurementSecret(kms: DataKeyDeriver): Promise<Uint8Array> {
-  return kms.getDEK(dataKeyInfo(MEASUREMENT_SECRET_KEY_ID), DERIVED_KEY_LENGTH);
+  return kms.getDek(dataKeyInfo(MEASUREMENT_SECRET_KEY_ID), DERIVED_KEY_LENGTH);
 }
 
-/** Derives the key of the state disk with UUID `diskUUID` (lower-cased first; 32 bytes). */
-export function deriveStateDiskKey(kms: DataKeyDeriver, diskUUID: string): Promise<Uint8Array> {
-  return kms.getDEK(dataKeyInfo(stateDiskKeyID(diskUUID)), DERIVED_KEY_LENGTH);
+/** Derives the key of the state disk with UUID `diskUuid` (lower-cased first; 32 bytes). */
+export function deriveStateDiskKey(kms: DataKeyDeriver, diskUuid: string): Promise<Uint8Array> {
+  return kms.getDek(dataKeyInfo(stateDiskKeyId(diskUuid)), DERIVED_KEY_LENGTH);
 }
 
 /**
  * Derives the cluster ID, the value a node extends into PCR 15 when it locks
  * itself to the cluster: HKDF(measurementSecret, measurementSalt, "key-clusterID", 32).
  */
-export function deriveClusterID(
+export function deriveClusterId(
   measurementSecret: Uint8Array,
   measurementSalt: Uint8Array,
 ): Promise<Uint8Array> {

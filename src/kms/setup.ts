@@ -3,10 +3,10 @@
  *
  * @module
  */
-import { ClusterKMS } from "./cluster_kms.ts";
+import { ClusterKms } from "./cluster_kms.ts";
 import { parseKmsUri, parseStorageUri } from "./uri.ts";
 
-/** Options for {@linkcode setupKMS}. */
+/** Options for {@linkcode setupKms}. */
 export interface SetupKmsOptions {
   /** Storage URI; only `storage://no-store` is implemented. */
   storageUri: string;
@@ -21,8 +21,8 @@ export interface SetupKmsOptions {
  * @throws {KmsError} for a malformed or unsupported URI, or an empty key or
  * salt ("missing master key", "missing salt").
  */
-export function setupKMS(options: SetupKmsOptions): ClusterKMS {
+export function setupKms(options: SetupKmsOptions): ClusterKms {
   parseStorageUri(options.storageUri);
   const secret = parseKmsUri(options.kmsUri);
-  return new ClusterKMS(secret.key, secret.salt);
+  return new ClusterKms(secret.key, secret.salt);
 }

@@ -26,12 +26,15 @@ const CLOUD_BACKENDS = new Set(["aws", "azure", "gcp"]);
 
 /** A cluster master secret: the HKDF input key and salt of every data key. */
 export interface MasterSecret {
+  /** The master secret. */
   key: Uint8Array;
+  /** The salt. */
   salt: Uint8Array;
 }
 
 /** A parsed storage URI. Only "no storage" exists. */
 export interface StorageConfig {
+  /** Always the no-store type. */
   type: typeof NO_STORE_TYPE;
 }
 

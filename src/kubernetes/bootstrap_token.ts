@@ -19,6 +19,7 @@ const TOKEN_ANYWHERE = /\b[a-z0-9]{6}\.[a-z0-9]{16}\b/g;
 export interface BootstrapTokenParts {
   /** Public: names the token's Secret `bootstrap-token-<id>`. */
   id: string;
+  /** The credential part. */
   secret: string;
 }
 

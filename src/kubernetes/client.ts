@@ -21,14 +21,19 @@ import { KubeconfigError } from "./kubeconfig.ts";
 
 /** Any Kubernetes object. */
 export interface KubernetesObject {
+  /** The object's API version. */
   apiVersion?: string;
+  /** The object's kind. */
   kind?: string;
+  /** Name, namespace and the server's bookkeeping. */
   metadata?: ObjectMeta;
 }
 
 /** A custom resource with a typed `spec` (and `status`): the default type of the custom-resource calls. */
 export interface CustomResource<Spec = unknown, Status = unknown> extends KubernetesObject {
+  /** The desired state. */
   spec?: Spec;
+  /** The observed state. */
   status?: Status;
 }
 

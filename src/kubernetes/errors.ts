@@ -103,6 +103,7 @@ export class KubernetesError extends Error {
   /** The `Status.details` the server sent, if any (name, kind, causes). */
   readonly details?: StatusDetails;
 
+  /** An error of request `request` (verb, resource, name) with the server's code, reason and message. */
   constructor(
     reason: KubernetesErrorReason,
     code: number,

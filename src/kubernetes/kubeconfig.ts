@@ -10,36 +10,53 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 import { dirname, isAbsolute, join } from "node:path";
 import { parse, YAMLParseError } from "yaml";
+import { encodePem } from "../x509/pem.ts";
 import * as x509 from "../x509/x509.ts";
 import type { ClientCertificate, ConnectionConfig } from "./connection.ts";
 import { fileTokenSource, type ReadTextFile, staticToken, type TokenSource } from "./token.ts";
 
 /** A `clusters[].cluster` entry, with the kubeconfig's own key names. */
 export interface KubeconfigCluster {
+  /** The API server URL. */
   server?: string;
+  /** Base64 PEM of the CA certificates. */
   "certificate-authority-data"?: string;
+  /** A file of CA certificates. */
   "certificate-authority"?: string;
+  /** Skip verifying the server (refused by this client). */
   "insecure-skip-tls-verify"?: boolean;
+  /** The name to verify the server certificate against. */
   "tls-server-name"?: string;
+  /** A proxy URL (refused by this client). */
   "proxy-url"?: string;
 }
 
 /** A `contexts[].context` entry. */
 export interface KubeconfigContext {
+  /** The cluster entry's name. */
   cluster?: string;
+  /** The user entry's name. */
   user?: string;
+  /** The default namespace. */
   namespace?: string;
 }
 
 /** A `users[].user` entry. Only the credential kinds this client supports are typed. */
 export interface KubeconfigUser {
+  /** Base64 PEM client certificate. */
   "client-certificate-data"?: string;
+  /** A client certificate file. */
   "client-certificate"?: string;
+  /** Base64 PEM client key. */
   "client-key-data"?: string;
+  /** A client key file. */
   "client-key"?: string;
+  /** A bearer token. */
   token?: string;
+  /** A file holding a bearer token. */
   tokenFile?: string;
   /** Present only to be rejected with a clear error. */
   exec?: unknown;
@@ -51,9 +68,13 @@ export interface KubeconfigUser {
 
 /** A parsed kubeconfig. Entry names may be "" (kubeadm writes an unnamed cluster in discovery files). */
 export interface Kubeconfig {
+  /** Named cluster entries. */
   clusters: { name: string; cluster: KubeconfigCluster }[];
+  /** Named context entries. */
   contexts: { name: string; context: KubeconfigContext }[];
+  /** Named user entries. */
   users: { name: string; user: KubeconfigUser }[];
+  /** The context in use. */
   "current-context": string;
 }
 
@@ -65,16 +86,7 @@ export type KubeconfigErrorReason =
   | "unreadable"; // a referenced file could not be read
 
 /** A kubeconfig is malformed, incomplete, unsupported, or references an unreadable file. */
-export class KubeconfigError extends Error {
-  /** Machine-readable reason. */
-  readonly reason: KubeconfigErrorReason;
-
-  constructor(reason: KubeconfigErrorReason, message: string) {
-    super(message);
-    this.name = "KubeconfigError";
-    this.reason = reason;
-  }
-}
+export class KubeconfigError extends ReasonError<KubeconfigErrorReason> {}
 
 /**
  * Parses kubeconfig text (YAML or JSON) and checks its shape. Does not
@@ -301,7 +313,7 @@ export function selectDiscoveryCluster(config: Kubeconfig): string[] {
         `${what} holds an invalid certificate: ${(error as Error).message}`,
       );
     }
-    certificates.push(x509.PemConverter.encode(block.rawData, "CERTIFICATE") + "\n");
+    certificates.push(encodePem(block.rawData, "CERTIFICATE"));
   }
   if (certificates.length === 0) {
     throw new KubeconfigError("missing", `${what} does not contain any valid RSA or ECDSA certificates`);

@@ -8,6 +8,7 @@
 
 /** The pool's queue is full. */
 export class PoolFullError extends Error {
+  /** The pool is full; `message` says of what. */
   constructor(message = "too many requests waiting for verification") {
     super(message);
     this.name = "PoolFullError";
@@ -28,6 +29,7 @@ export class WorkPool {
   #running = 0;
   readonly #queue: (() => void)[] = [];
 
+  /** A pool of `options.concurrency` slots and `options.maxQueued` waiters; throws for a concurrency below 1. */
   constructor(options: WorkPoolOptions) {
     if (options.concurrency < 1) throw new Error("pool concurrency must be at least 1");
     this.#options = options;

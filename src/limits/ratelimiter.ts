@@ -1,9 +1,11 @@
 /**
- * Token-bucket rate limits: one global bucket and one bucket per peer.
+ * Token-bucket rate limits: one shared bucket ({@linkcode TokenBucket}), and
+ * one bucket per peer group ({@linkcode PeerRateLimiter}).
  *
  * @module
  */
 import type { Clock } from "../clock.ts";
+import { peerGroup } from "./peer_group.ts";
 
 /** Rate of one bucket. */
 export interface Rate {
@@ -13,81 +15,96 @@ export interface Rate {
   burst: number;
 }
 
-/** Options for {@linkcode RateLimiter}. */
-export interface RateLimiterOptions {
-  /** Limit over all peers. */
-  global: Rate;
-  /** Limit per peer (e.g. per IP address). */
-  perPeer: Rate;
+/** Options for {@linkcode TokenBucket}. */
+export interface TokenBucketOptions {
+  /** The bucket's rate and burst. */
+  rate: Rate;
+  /** Time source. */
   clock: Clock;
-  /** Most peers tracked at once; idle full buckets are dropped first. Default 10,000. */
+}
+
+/** One token bucket, full at start. */
+export class TokenBucket {
+  readonly #rate: Rate;
+  readonly #clock: Clock;
+  #tokens: number;
+  #updated: number;
+
+  /** A full bucket of `rate`. */
+  constructor(options: TokenBucketOptions) {
+    this.#rate = options.rate;
+    this.#clock = options.clock;
+    this.#tokens = options.rate.burst;
+    this.#updated = options.clock.now();
+  }
+
+  /** Takes one token; false (and nothing taken) when the bucket is empty. */
+  take(): boolean {
+    this.#refill();
+    if (this.#tokens < 1) return false;
+    this.#tokens--;
+    return true;
+  }
+
+  /** Whether the bucket has refilled completely (it then carries no state). */
+  get full(): boolean {
+    this.#refill();
+    return this.#tokens >= this.#rate.burst;
+  }
+
+  #refill(): void {
+    const now = this.#clock.now();
+    const elapsed = Math.max(0, now - this.#updated) / 1000;
+    this.#tokens = Math.min(this.#rate.burst, this.#tokens + elapsed * this.#rate.perSecond);
+    this.#updated = now;
+  }
+}
+
+/** Options for {@linkcode PeerRateLimiter}. */
+export interface PeerRateLimiterOptions {
+  /** Limit per peer group (an IPv4 address or an IPv6 /64, see `peer_group.ts`). */
+  perPeer: Rate;
+  /** Time source. */
+  clock: Clock;
+  /** Most peer groups tracked at once; idle full buckets are dropped first. Default 10,000. */
   maxPeers?: number;
 }
 
-/** Which limit refused a request. */
-export type RateLimitScope = "global" | "peer";
+/** A token bucket per peer group, bounded in how many groups it tracks. */
+export class PeerRateLimiter {
+  readonly #options: Required<PeerRateLimiterOptions>;
+  readonly #buckets = new Map<string, TokenBucket>();
 
-interface Bucket {
-  tokens: number;
-  updated: number;
-}
-
-/** Admits or refuses requests by token buckets. */
-export class RateLimiter {
-  readonly #options: Required<RateLimiterOptions>;
-  readonly #global: Bucket;
-  readonly #peers = new Map<string, Bucket>();
-
-  constructor(options: RateLimiterOptions) {
+  /** Tracks nothing yet; every group starts with a full bucket. */
+  constructor(options: PeerRateLimiterOptions) {
     this.#options = { maxPeers: 10_000, ...options };
-    this.#global = { tokens: options.global.burst, updated: options.clock.now() };
   }
 
-  /** How many peers have a bucket now; never more than `maxPeers`. */
+  /** How many peer groups have a bucket now; never more than `maxPeers`. */
   get trackedPeers(): number {
-    return this.#peers.size;
+    return this.#buckets.size;
   }
 
-  /**
-   * Takes one token for `peer` and one global token. Returns null when
-   * admitted, or the scope whose limit refused it (nothing is taken then).
-   */
-  take(peer: string): RateLimitScope | null {
-    const now = this.#options.clock.now();
-    const peerBucket = this.#peerBucket(peer, now);
-    refill(peerBucket, this.#options.perPeer, now);
-    refill(this.#global, this.#options.global, now);
-    if (peerBucket.tokens < 1) return "peer";
-    if (this.#global.tokens < 1) return "global";
-    peerBucket.tokens--;
-    this.#global.tokens--;
-    return null;
-  }
-
-  #peerBucket(peer: string, now: number): Bucket {
-    let bucket = this.#peers.get(peer);
-    if (bucket) return bucket;
-    if (this.#peers.size >= this.#options.maxPeers) this.#evict(now);
-    bucket = { tokens: this.#options.perPeer.burst, updated: now };
-    this.#peers.set(peer, bucket);
-    return bucket;
+  /** Takes one token of the group of `peerAddress`; false (and nothing taken) when it is empty. */
+  take(peerAddress: string): boolean {
+    const group = peerGroup(peerAddress);
+    let bucket = this.#buckets.get(group);
+    if (!bucket) {
+      if (this.#buckets.size >= this.#options.maxPeers) this.#evict();
+      bucket = new TokenBucket({ rate: this.#options.perPeer, clock: this.#options.clock });
+      this.#buckets.set(group, bucket);
+    }
+    return bucket.take();
   }
 
   /** Drops buckets that have refilled completely (they carry no state), else the oldest. */
-  #evict(now: number): void {
-    for (const [peer, bucket] of this.#peers) {
-      refill(bucket, this.#options.perPeer, now);
-      if (bucket.tokens >= this.#options.perPeer.burst) this.#peers.delete(peer);
+  #evict(): void {
+    for (const [group, bucket] of this.#buckets) {
+      if (bucket.full) this.#buckets.delete(group);
     }
-    if (this.#peers.size >= this.#options.maxPeers) {
-      const oldest = this.#peers.keys().next().value;
-      if (oldest !== undefined) this.#peers.delete(oldest);
+    if (this.#buckets.size >= this.#options.maxPeers) {
+      const oldest = this.#buckets.keys().next().value;
+      if (oldest !== undefined) this.#buckets.delete(oldest);
     }
   }
-}
-
-function refill(bucket: Bucket, rate: Rate, now: number): void {
-  const elapsed = Math.max(0, now - bucket.updated) / 1000;
-  bucket.tokens = Math.min(rate.burst, bucket.tokens + elapsed * rate.perSecond);
-  bucket.updated = now;
 }

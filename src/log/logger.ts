@@ -18,9 +18,13 @@ export type LogFields = Record<string, unknown>;
 
 /** A structured logger. */
 export interface Logger {
+  /** Detail for debugging. */
   debug(msg: string, fields?: LogFields): void;
+  /** Normal operation. */
   info(msg: string, fields?: LogFields): void;
+  /** Something wrong that the service survives. */
   warn(msg: string, fields?: LogFields): void;
+  /** Something failed. */
   error(msg: string, fields?: LogFields): void;
   /** A logger that adds `fields` to every line. */
   with(fields: LogFields): Logger;

@@ -12,6 +12,7 @@
  * @module
  */
 import { isIP } from "node:net";
+import { ReasonError } from "../reason_error.ts";
 import { readLimited } from "../streams/read_limited.ts";
 import {
   InstanceDecodeError,
@@ -45,26 +46,23 @@ const RETRYABLE: ReadonlySet<MetadataErrorReason> = new Set([
 ]);
 
 /** A metadata call failed. */
-export class MetadataError extends Error {
+export class MetadataError extends ReasonError<MetadataErrorReason> {
   /** The URL that was asked. */
   readonly url: string;
-  /** Machine-readable reason. */
-  readonly reason: MetadataErrorReason;
   /** Whether asking again later may succeed. */
   readonly retryable: boolean;
   /** The HTTP status, when the server answered. */
   readonly status?: number;
 
+  /** A failure of the call to `url` for `reason`; `detail` says what happened (no secrets). */
   constructor(
     url: string,
     reason: MetadataErrorReason,
     detail: string,
     options: { status?: number; cause?: unknown } = {},
   ) {
-    super(`metadata API ${url}: ${detail}`, { cause: options.cause });
-    this.name = "MetadataError";
+    super(reason, `metadata API ${url}: ${detail}`, { cause: options.cause });
     this.url = url;
-    this.reason = reason;
     this.retryable = RETRYABLE.has(reason);
     this.status = options.status;
   }

@@ -7,6 +7,7 @@
  * @module
  */
 import { isIP } from "node:net";
+import { ReasonError } from "../reason_error.ts";
 
 /** A node's role; on the wire "ControlPlane" or "Worker". */
 export type Role = "ControlPlane" | "Worker";
@@ -17,6 +18,7 @@ export interface InstanceMetadata {
   name: string;
   /** e.g. "qemu:///hostname/control-plane-0". */
   providerId: string;
+  /** Whether it is a control-plane node or a worker. */
   role: Role;
   /** The instance's primary address in the cluster network; "" when it has none yet. */
   vpcIp: string;
@@ -28,10 +30,15 @@ export interface InstanceMetadata {
 
 /** The JSON object the original's server writes for an instance. */
 export interface InstanceMetadataJson {
+  /** {@linkcode InstanceMetadata.name}. */
   Name: string;
+  /** {@linkcode InstanceMetadata.providerId}. */
   ProviderID: string;
+  /** {@linkcode InstanceMetadata.role}. */
   Role: Role;
+  /** {@linkcode InstanceMetadata.vpcIp}. */
   VPCIP: string;
+  /** {@linkcode InstanceMetadata.secondaryIpRange}; "" when unset. */
   SecondaryIPRange: string;
   /** `null` where Go marshals a nil slice. */
   AliasIPRanges: string[] | null;
@@ -55,13 +62,13 @@ export function instanceToJson(instance: InstanceMetadata): InstanceMetadataJson
 }
 
 /** A metadata answer that does not have the expected shape. The message names the field. */
-export class InstanceDecodeError extends Error {
+export class InstanceDecodeError extends ReasonError<"malformed"> {
   /** The offending field, e.g. "VPCIP" or "[2].Role"; "" for the value as a whole. */
   readonly field: string;
 
+  /** An error for `field` ("" for the whole value); `message` says what is wrong with it. */
   constructor(field: string, message: string) {
-    super(field === "" ? message : `${field}: ${message}`);
-    this.name = "InstanceDecodeError";
+    super("malformed", field === "" ? message : `${field}: ${message}`);
     this.field = field;
   }
 }

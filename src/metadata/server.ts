@@ -38,6 +38,7 @@ export const MAX_LOG_ENTRIES = 1000;
 export interface InstanceInput {
   /** Unique name, e.g. "control-plane-0" or "worker-1". */
   name: string;
+  /** Whether it is a control-plane node or a worker. */
   role: Role;
   /** Its address in the cluster network; "" or absent while it has none. */
   vpcIp?: string;
@@ -53,6 +54,7 @@ export interface MetadataLogEntry {
   address: string;
   /** The caller's instance name, when the server knows it. */
   instance?: string;
+  /** The message as the node sent it. */
   message: string;
 }
 

@@ -11,7 +11,9 @@ import { checkListenPermission } from "../rpc/server.ts";
 /** Label names to values. */
 export type Labels = Record<string, string>;
 
-interface Metric {
+/** A metric the registry renders. */
+export interface Metric {
+  /** The metric in the Prometheus text exposition format. */
   render(): string;
 }
 
@@ -30,6 +32,7 @@ function withBraces(key: string): string {
 /** A monotonically increasing counter. */
 export class Counter implements Metric {
   readonly #values = new Map<string, number>();
+  /** A counter named `name` with help text `help`. */
   constructor(readonly name: string, readonly help: string) {}
 
   /** Adds `by` (default 1) to the series with these labels. */
@@ -48,6 +51,7 @@ export class Counter implements Metric {
     return [...this.#values.entries()];
   }
 
+  /** The counter in the exposition format. */
   render(): string {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`];
     for (const [key, value] of this.#values) lines.push(`${this.name}${withBraces(key)} ${value}`);
@@ -58,6 +62,7 @@ export class Counter implements Metric {
 /** A histogram of observations (seconds by default buckets). */
 export class Histogram implements Metric {
   readonly #series = new Map<string, { counts: number[]; sum: number; count: number }>();
+  /** A histogram named `name` with help text `help` and upper bucket bounds `buckets` (seconds by default). */
   constructor(
     readonly name: string,
     readonly help: string,
@@ -103,6 +108,7 @@ export class Histogram implements Metric {
     }
   }
 
+  /** The histogram in the exposition format. */
   render(): string {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
     for (const [key, series] of this.#series) {
@@ -144,7 +150,9 @@ export class MetricsRegistry {
 
 /** A running metrics endpoint. */
 export interface MetricsServer {
+  /** The bound port. */
   readonly port: number;
+  /** Stops serving. */
   close(): Promise<void>;
 }
 

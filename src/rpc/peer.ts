@@ -3,7 +3,9 @@
  *
  * @module
  */
-import { createContextKey } from "@connectrpc/connect";
+import { type ContextKey, createContextKey } from "@connectrpc/connect";
 
 /** Remote address ("ip" or "unknown") of the call, set by serveRpc for every request. */
-export const peerAddressKey = createContextKey<string>("unknown", { description: "remote peer address" });
+export const peerAddressKey: ContextKey<string> = createContextKey<string>("unknown", {
+  description: "remote peer address",
+});

@@ -20,6 +20,7 @@ import {
 import { guardHttp2Teardown } from "./http2_guard.ts";
 import { createRpcHandler, type RpcRequest, type RpcResponse } from "./handler.ts";
 import { type ConnectionLimits, DEFAULT_CONNECTION_LIMITS, IDLE_CLOSE_GRACE_MS } from "./limits.ts";
+import { PeerSlots } from "../limits/peer_slots.ts";
 import { peerAddressKey } from "./peer.ts";
 
 /** TLS material for {@linkcode serveRpc}. */
@@ -111,6 +112,14 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     )
     : http2.createServer(http2Options, handler);
 
+  if (options.tls) {
+    // HTTP/1.1 over TLS (ALPN): headers within the handshake deadline, the whole request within the
+    // call's (node:http checks them every 30 s); the http2 typings do not declare these fields.
+    Object.assign(server, {
+      headersTimeout: limits.handshakeTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+    });
+  }
   server.maxConnections = limits.maxConnections;
   const connections = new Connections(server, limits.maxConnectionsPerPeer);
   const sessions = new Set<http2.ServerHttp2Session>();
@@ -155,30 +164,27 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
 
 /**
  * The server's open TCP connections: closes, at once, every connection
- * beyond `maxPerPeer` from one peer address, and finds the raw socket under
+ * beyond `maxPerPeer` from one peer (an IPv4 address or an IPv6 /64, see
+ * {@linkcode PeerSlots}), and finds the raw socket under
  * a session (`session.socket` is a proxy that cannot be destroyed).
  */
 class Connections {
   readonly #sockets = new Map<string, Socket>();
-  readonly #perPeer = new Map<string, number>();
 
   constructor(server: http2.Http2Server | http2.Http2SecureServer, maxPerPeer: number) {
+    const slots = new PeerSlots(maxPerPeer);
     // Before the server's own listener, which starts a plaintext session at once.
     server.prependListener("connection", (socket: Socket) => {
-      const peer = socket.remoteAddress ?? "unknown";
-      const open = (this.#perPeer.get(peer) ?? 0) + 1;
-      if (open > maxPerPeer) {
+      const giveBack = slots.tryTake(socket.remoteAddress ?? "unknown");
+      if (!giveBack) {
         socket.destroy();
         return;
       }
-      this.#perPeer.set(peer, open);
       const key = `${socket.remoteAddress}:${socket.remotePort}`;
       this.#sockets.set(key, socket);
       socket.once("close", () => {
         this.#sockets.delete(key);
-        const left = (this.#perPeer.get(peer) ?? 1) - 1;
-        if (left > 0) this.#perPeer.set(peer, left);
-        else this.#perPeer.delete(peer);
+        giveBack();
       });
     });
   }

@@ -5,21 +5,19 @@
  *
  * @module
  */
+import { ReasonError } from "../reason_error.ts";
 
 /** Why a secret file could not be used. */
 export type SecretFileProblem = "missing" | "not-permitted" | "unreadable" | "too-short";
 
 /** A secret file could not be used. The message names the file, never its content. */
-export class SecretFileError extends Error {
-  /** The problem, machine-readable. */
-  readonly reason: SecretFileProblem;
+export class SecretFileError extends ReasonError<SecretFileProblem> {
   /** The file's path. */
   readonly path: string;
 
+  /** A problem with the secret file at `path`; `message` never holds its content. */
   constructor(reason: SecretFileProblem, path: string, message: string) {
-    super(message);
-    this.name = "SecretFileError";
-    this.reason = reason;
+    super(reason, message);
     this.path = path;
   }
 }

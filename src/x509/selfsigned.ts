@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { encodePem } from "./pem.ts";
 import * as x509 from "./x509.ts";
 
 /** Options for {@linkcode createSelfSignedCertificate}. */
@@ -33,7 +34,7 @@ export async function createSelfSignedCertificate(
   serial[0] &= 0x7f; // positive
   const now = Date.now();
   const cert = await x509.X509CertificateGenerator.createSelfSigned({
-    serialNumber: Array.from(serial, (b) => b.toString(16).padStart(2, "0")).join(""),
+    serialNumber: serial.toHex(),
     name: `CN=${options.commonName}`,
     notBefore: new Date(now - 60_000),
     notAfter: new Date(now + (options.validityMs ?? 365 * 24 * 3600_000)),
@@ -46,9 +47,6 @@ export async function createSelfSignedCertificate(
       ...(names.length > 0 ? [new x509.SubjectAlternativeNameExtension(names)] : []),
     ],
   });
-  const key = x509.PemConverter.encode(
-    await crypto.subtle.exportKey("pkcs8", keys.privateKey),
-    "PRIVATE KEY",
-  );
-  return { cert: cert.toString("pem"), key };
+  const key = encodePem(await crypto.subtle.exportKey("pkcs8", keys.privateKey), "PRIVATE KEY");
+  return { cert: encodePem(cert.rawData, "CERTIFICATE"), key };
 }

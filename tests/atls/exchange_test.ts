@@ -6,7 +6,7 @@ import { createAttestedRequest, openSealedResponse } from "../../src/atls/attest
 import { ExchangeError } from "../../src/atls/errors.ts";
 import { generateKeyPair } from "../../src/atls/hpke.ts";
 import { ChallengeNonces, DEFAULT_NONCE_LIFETIME_MS } from "../../src/atls/nonce.ts";
-import { joinRequestDigest, type JoinRequestFields, rejoinRequestDigest } from "../../src/atls/reportdata.ts";
+import { joinRequestDigest, type JoinRequestFields } from "../../src/atls/reportdata.ts";
 import type { AttestedRequest } from "../../src/gen/atls/v1/atls_pb.ts";
 import {
   IssueJoinTicketRequestSchema,
@@ -15,38 +15,27 @@ import {
   IssueRejoinTicketResponseSchema,
 } from "../../src/gen/join/join_pb.ts";
 import { silentLogger } from "../../src/log/logger.ts";
-import { type JoinFixture, MEASUREMENT_SECRET, startJoinFixture, stateDiskKeyFor } from "./join_fixture.ts";
+import {
+  attestedRejoinRequest,
+  type JoinFixture,
+  MEASUREMENT_SECRET,
+  startJoinFixture,
+  stateDiskKeyFor,
+} from "./join_fixture.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 const issuer = new DummyIssuer(silentLogger);
 const validator = new DummyValidator(silentLogger);
 const DISK = "6f0d8e2a-3c1b-4a5e-9f7d-2b8c4e6a1d3f";
 
 /** Fetches a challenge and builds an attested rejoin request for `diskUuid`. */
-async function attestedRejoin(fixture: JoinFixture, diskUuid = DISK) {
-  const { nonce } = await fixture.client.getChallenge({});
-  const bundle = await createAttestedRequest({
-    issuer,
-    nonce,
-    purpose: "rejoin",
-    requestDigest: await rejoinRequestDigest({ diskUuid }),
-  });
-  return {
-    bundle,
-    request: create(IssueRejoinTicketRequestSchema, { diskUuid, attestation: bundle.attestation }),
-  };
+function attestedRejoin(fixture: JoinFixture, diskUuid = DISK) {
+  return attestedRejoinRequest({ issuer, fixture, diskUuid });
 }
 
 /** Asserts that `call` fails with `code`, naming `reason` in the message. */
 async function rejectsWith(call: Promise<unknown>, code: Code, reason: string): Promise<ConnectError> {
-  let caught: unknown;
-  await assert.rejects(call, (err) => {
-    caught = err;
-    return true;
-  });
-  assert.ok(caught instanceof ConnectError, `want ConnectError, got ${caught}`);
-  assert.equal(Code[caught.code], Code[code], caught.message);
-  assert.ok(caught.rawMessage.includes(`(${reason})`), `reason ${reason} missing from: ${caught.rawMessage}`);
-  return caught;
+  return await expectConnectError(call, code, new RegExp(`\\(${reason}\\)`));
 }
 
 Deno.test("rejoin over TLS: the ticket arrives sealed and opens only for the attested key", async () => {
@@ -144,15 +133,8 @@ Deno.test("evidence moved to a request for another disk is rejected", async () =
 
 Deno.test("evidence made for one purpose is rejected for another", async () => {
   await using fixture = await startJoinFixture(validator);
-  const { nonce } = await fixture.client.getChallenge({});
   // Rejoin-shaped digest, but attested for "join": the verifier recomputes with "rejoin".
-  const bundle = await createAttestedRequest({
-    issuer,
-    nonce,
-    purpose: "join",
-    requestDigest: await rejoinRequestDigest({ diskUuid: DISK }),
-  });
-  const request = create(IssueRejoinTicketRequestSchema, { diskUuid: DISK, attestation: bundle.attestation });
+  const { request } = await attestedRejoinRequest({ issuer, fixture, diskUuid: DISK, purpose: "join" });
   await rejectsWith(fixture.client.issueRejoinTicket(request), Code.PermissionDenied, "report-data-mismatch");
 });
 
@@ -254,13 +236,7 @@ Deno.test("a nonce from another verifier is rejected", async () => {
     clock: fixture.clock,
   });
   const { nonce } = await foreign.issue();
-  const bundle = await createAttestedRequest({
-    issuer,
-    nonce,
-    purpose: "rejoin",
-    requestDigest: await rejoinRequestDigest({ diskUuid: DISK }),
-  });
-  const request = create(IssueRejoinTicketRequestSchema, { diskUuid: DISK, attestation: bundle.attestation });
+  const { request } = await attestedRejoinRequest({ issuer, nonce, diskUuid: DISK });
   await rejectsWith(fixture.client.issueRejoinTicket(request), Code.PermissionDenied, "nonce-bad-mac");
 });
 

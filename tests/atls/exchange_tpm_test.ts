@@ -1,31 +1,26 @@
 import assert from "node:assert/strict";
-import { create, fromBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { fromBinary } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
 import type { Measurements } from "../../src/attestation/attestation.ts";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
-import { createAttestedRequest, openSealedResponse } from "../../src/atls/attester.ts";
-import { rejoinRequestDigest } from "../../src/atls/reportdata.ts";
-import {
-  IssueRejoinTicketRequestSchema,
-  IssueRejoinTicketResponseSchema,
-} from "../../src/gen/join/join_pb.ts";
+import { openSealedResponse } from "../../src/atls/attester.ts";
+import { IssueRejoinTicketResponseSchema } from "../../src/gen/join/join_pb.ts";
 import { silentLogger } from "../../src/log/logger.ts";
 import { startSwtpm } from "../support/swtpm.ts";
-import { type JoinFixture, startJoinFixture, stateDiskKeyFor } from "./join_fixture.ts";
+import {
+  attestedRejoinRequest,
+  type JoinFixture,
+  startJoinFixture,
+  stateDiskKeyFor,
+} from "./join_fixture.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 const DISK = "3b7e9c41-8a2d-4f6e-b5c0-7d1a9e2f4c68";
 const zero = new Uint8Array(32);
 
 async function rejoin(fixture: JoinFixture, issuer: TpmIssuer) {
-  const { nonce } = await fixture.client.getChallenge({});
-  const bundle = await createAttestedRequest({
-    issuer,
-    nonce,
-    purpose: "rejoin",
-    requestDigest: await rejoinRequestDigest({ diskUuid: DISK }),
-  });
-  const request = create(IssueRejoinTicketRequestSchema, { diskUuid: DISK, attestation: bundle.attestation });
+  const { bundle, request } = await attestedRejoinRequest({ issuer, fixture, diskUuid: DISK });
   return { bundle, response: fixture.client.issueRejoinTicket(request) };
 }
 
@@ -65,10 +60,7 @@ Deno.test("rejoin over TLS with qemu-vtpm evidence from swtpm", async (t) => {
           new TpmValidator({ measurements, akTrust, logger: silentLogger }),
         );
         const { response } = await rejoin(fixture, issuer);
-        const err = await response.then(() => undefined, (e: unknown) => e);
-        assert.ok(err instanceof ConnectError, `want ConnectError, got ${err}`);
-        assert.equal(err.code, Code.PermissionDenied);
-        assert.match(err.rawMessage, /\(measurement-mismatch\)/);
+        const err = await expectConnectError(response, Code.PermissionDenied, /\(measurement-mismatch\)/);
         assert.ok(
           err.rawMessage.includes(`PCR[4] expected ${"aa".repeat(32)}, got ${"00".repeat(32)} (enforced)`),
         );

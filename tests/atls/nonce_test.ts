@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
-import { toHex } from "../../src/attestation/attestation.ts";
 import { ExchangeError } from "../../src/atls/errors.ts";
 import { ChallengeNonces, DEFAULT_NONCE_LIFETIME_MS, NONCE_LENGTH } from "../../src/atls/nonce.ts";
-import { ManualClock } from "./manual_clock.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 
 const START = Date.UTC(2026, 0, 1);
 const key = Uint8Array.from({ length: 32 }, (_, i) => i);
@@ -37,7 +36,7 @@ Deno.test("an issued nonce has the documented layout and is accepted once", asyn
     "sign",
   ]);
   const tag = new Uint8Array(await crypto.subtle.sign("HMAC", hmacKey, nonce.slice(0, 41)));
-  assert.equal(toHex(nonce.subarray(41)), toHex(tag));
+  assert.equal(nonce.subarray(41).toHex(), tag.toHex());
 
   await n.consume(nonce);
   assert.equal(n.trackedCount, 1);
@@ -47,7 +46,7 @@ Deno.test("issued nonces differ", async () => {
   const { nonces: n } = nonces();
   const a = await n.issue();
   const b = await n.issue();
-  assert.notEqual(toHex(a.nonce), toHex(b.nonce));
+  assert.notEqual(a.nonce.toHex(), b.nonce.toHex());
 });
 
 Deno.test("the documented nonce vector is accepted under its key until it expires", async () => {

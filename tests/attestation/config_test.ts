@@ -20,14 +20,14 @@ function qemu(extra: Record<string, unknown> = {}): string {
 function assertConfigError(
   text: string,
   variant: string,
-  code: AttestationConfigFailure,
+  reason: AttestationConfigFailure,
   message: string | RegExp,
 ): void {
   assert.throws(
     () => parseAttestationConfig(text, { variant }),
     (error: unknown) => {
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, code);
+      assert.equal(error.reason, reason);
       if (typeof message === "string") assert.equal(error.message, message);
       else assert.match(error.message, message);
       return true;
@@ -89,6 +89,35 @@ Deno.test("a qemu-vtpm config may enforce one PCR of 0–15 and warn on others",
 Deno.test("a qemu-vtpm config that trusts any key explicitly", () => {
   const config = parseAttestationConfig(qemu({ akTrust: { trustAnyKey: true } }), { variant: "qemu-vtpm" });
   assert.deepEqual(config.akTrust, { kind: "any" });
+  assert.deepEqual(config.controlPlanes, { kind: "allow-list", keyDigests: new Set() }, "no control planes");
+});
+
+Deno.test("the control-plane role is bound to the keys the operator names", () => {
+  const parse = (akTrust: unknown, variant = "qemu-vtpm") =>
+    parseAttestationConfig(
+      variant === "dummy" ? JSON.stringify({ variant, akTrust }) : qemu({ akTrust }),
+      { variant },
+    ).controlPlanes;
+  const none = { kind: "allow-list", keyDigests: new Set() };
+  assert.deepEqual(
+    parse({ allowedKeyDigests: [KEY1, KEY2] }),
+    none,
+    "unnamed: no key may join as a control plane",
+  );
+  assert.deepEqual(
+    parse({ allowedKeyDigests: [KEY1, KEY2], controlPlaneKeyDigests: [KEY2.toUpperCase()] }),
+    { kind: "allow-list", keyDigests: new Set([KEY2]) },
+  );
+  assert.deepEqual(parse({ allowedKeyDigests: [KEY1], controlPlaneKeyDigests: [] }), none);
+  assert.deepEqual(
+    parse({ trustAnyKey: true, controlPlaneKeyDigests: [KEY1] }),
+    { kind: "allow-list", keyDigests: new Set([KEY1]) },
+    "with trustAnyKey a listed key still binds the role to its TPM",
+  );
+  assert.deepEqual(parse({ trustAnyKey: true, controlPlaneAnyKey: true }), { kind: "any" });
+  assert.deepEqual(parse({ trustAnyKey: true, controlPlaneAnyKey: true }, "dummy"), { kind: "any" });
+  assert.deepEqual(parse(undefined, "dummy"), none, "dummy control planes need the explicit opt-in");
+  assert.deepEqual(parse({ trustAnyKey: true }, "dummy"), none);
 });
 
 Deno.test("invalid attestation configs are rejected with errors naming the field", async (t) => {
@@ -191,7 +220,7 @@ Deno.test("invalid attestation configs are rejected with errors naming the field
       qemu({ akTrust: { allowedKeys: [KEY1] } }),
       "qemu-vtpm",
       "invalid-config",
-      'attestation config: akTrust: unknown field "allowedKeys" (known: allowedKeyDigests, trustAnyKey)',
+      'attestation config: akTrust: unknown field "allowedKeys" (known: allowedKeyDigests, trustAnyKey, controlPlaneKeyDigests, controlPlaneAnyKey)',
     ],
     [
       "akTrust of the wrong type",
@@ -293,6 +322,69 @@ Deno.test("invalid attestation configs are rejected with errors naming the field
       "invalid-config",
       'attestation config: measurement "4": expected must be hex of 32 or 48 bytes, got 31 bytes',
     ],
+    [
+      "a control-plane key that is not trusted",
+      qemu({ akTrust: { allowedKeyDigests: [KEY1], controlPlaneKeyDigests: [KEY2] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: controlPlaneKeyDigests[0] is not in allowedKeyDigests; a control plane's key must be trusted too",
+    ],
+    [
+      "a control-plane key that is not a digest",
+      qemu({ akTrust: { allowedKeyDigests: [KEY1], controlPlaneKeyDigests: [KEY1, "x"] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: controlPlaneKeyDigests[1] must be 64 hex digits (a SHA-256 digest), got 1 characters",
+    ],
+    [
+      "a control-plane key listed twice",
+      qemu({ akTrust: { allowedKeyDigests: [KEY1], controlPlaneKeyDigests: [KEY1, KEY1.toUpperCase()] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: controlPlaneKeyDigests[1] is listed twice",
+    ],
+    [
+      "control-plane keys not in a list",
+      qemu({ akTrust: { allowedKeyDigests: [KEY1], controlPlaneKeyDigests: KEY1 } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: controlPlaneKeyDigests must be an array, got string",
+    ],
+    [
+      "controlPlaneAnyKey with an allow-list",
+      qemu({ akTrust: { allowedKeyDigests: [KEY1], controlPlaneAnyKey: true } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: controlPlaneAnyKey needs trustAnyKey; with allowedKeyDigests, list the control planes' keys in controlPlaneKeyDigests",
+    ],
+    [
+      "controlPlaneAnyKey set to false",
+      qemu({ akTrust: { trustAnyKey: true, controlPlaneAnyKey: false } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: controlPlaneAnyKey must be true when present, got false; to choose the control planes, list their keys in controlPlaneKeyDigests",
+    ],
+    [
+      "both ways of naming control planes",
+      qemu({ akTrust: { trustAnyKey: true, controlPlaneAnyKey: true, controlPlaneKeyDigests: [KEY1] } }),
+      "qemu-vtpm",
+      "invalid-config",
+      "attestation config: akTrust: set either controlPlaneKeyDigests or controlPlaneAnyKey, not both",
+    ],
+    [
+      "control-plane key digests for dummy evidence, which has no key",
+      JSON.stringify({ variant: "dummy", akTrust: { trustAnyKey: true, controlPlaneKeyDigests: [KEY1] } }),
+      "dummy",
+      "invalid-config",
+      'attestation config: akTrust: controlPlaneKeyDigests cannot match dummy evidence, which has no attestation key; allow control planes with {"trustAnyKey": true, "controlPlaneAnyKey": true}',
+    ],
+    [
+      "dummy control planes without trustAnyKey",
+      JSON.stringify({ variant: "dummy", akTrust: { controlPlaneAnyKey: true } }),
+      "dummy",
+      "invalid-config",
+      `attestation config: akTrust is empty: ${hint}`,
+    ],
   ];
   for (const [name, text, variant, code, message] of cases) {
     await t.step(name, () => assertConfigError(text, variant, code, message));
@@ -314,7 +406,7 @@ Deno.test("readConfigText reads text and reports unreadable and non-UTF-8 files"
 
     await assert.rejects(readConfigText(`${dir}/missing`), (error: unknown) => {
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, "unreadable");
+      assert.equal(error.reason, "unreadable");
       assert.match(error.message, new RegExp(`^cannot read attestation config ${dir}/missing: No such file`));
       return true;
     });
@@ -322,7 +414,7 @@ Deno.test("readConfigText reads text and reports unreadable and non-UTF-8 files"
     await Deno.writeFile(`${dir}/binary`, new Uint8Array([0x7b, 0xff, 0x7d]));
     await assert.rejects(readConfigText(`${dir}/binary`), (error: unknown) => {
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, "invalid-json");
+      assert.equal(error.reason, "invalid-json");
       assert.equal(error.message, `attestation config ${dir}/binary: not UTF-8 text`);
       return true;
     });

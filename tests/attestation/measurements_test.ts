@@ -7,7 +7,6 @@ import {
   MeasurementsError,
   parseMeasurements,
 } from "../../src/attestation/measurements.ts";
-import { toHex } from "../../src/attestation/attestation.ts";
 
 const A32 = "aa".repeat(32);
 const B32 = "bb".repeat(32);
@@ -20,16 +19,16 @@ Deno.test("parseMeasurements reads the object form, defaulting warnOnly to enfor
     "12": { expected: A32 },
   });
   assert.deepEqual([...m.keys()], [4, 9, 12]);
-  assert.equal(toHex(m.get(4)!.expected), A32);
+  assert.equal(m.get(4)!.expected.toHex(), A32);
   assert.equal(m.get(4)!.warnOnly, false);
-  assert.equal(toHex(m.get(9)!.expected), B32);
+  assert.equal(m.get(9)!.expected.toHex(), B32);
   assert.equal(m.get(9)!.warnOnly, true);
   assert.equal(m.get(12)!.warnOnly, false);
 });
 
 Deno.test("parseMeasurements reads the legacy bare hex string as enforced", () => {
   const m = parseMeasurements({ "15": B32.toUpperCase(), "0": { expected: A32, warnOnly: true } });
-  assert.equal(toHex(m.get(15)!.expected), B32);
+  assert.equal(m.get(15)!.expected.toHex(), B32);
   assert.equal(m.get(15)!.warnOnly, false);
   assert.equal(m.get(0)!.warnOnly, true);
 });

@@ -20,7 +20,12 @@ Deno.test("an unknown variant is an error listing the known ones", async () => {
   const message = 'unknown attestation variant "x"; known: dummy, qemu-vtpm';
   assert.throws(
     () =>
-      createValidator({ variant: "x", measurements: new Map(), akTrust: { kind: "any" } }, {
+      createValidator({
+        variant: "x",
+        measurements: new Map(),
+        akTrust: { kind: "any" },
+        controlPlanes: { kind: "any" },
+      }, {
         logger: silentLogger,
       }),
     (error: unknown) => {

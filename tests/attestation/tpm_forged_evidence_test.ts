@@ -1,7 +1,7 @@
 /**
  * What `akTrust: {"trustAnyKey": true}` really accepts: `qemu-vtpm` evidence
  * forged entirely in software, with a WebCrypto P-256 key that declares the
- * TPM attributes (fixedTPM, restricted, sign) itself and signs a self-made
+ * TPM attributes (fixedTpm, restricted, sign) itself and signs a self-made
  * quote. No TPM is involved anywhere in this file.
  */
 import assert from "node:assert/strict";
@@ -63,7 +63,7 @@ async function forgeDocument(reportData: Uint8Array): Promise<Uint8Array> {
   const tpmtPublic = new Marshaller()
     .u16(TpmAlg.ECC)
     .u16(TpmAlg.SHA256) // nameAlg
-    .u32(ObjectAttribute.fixedTPM | ObjectAttribute.restricted | ObjectAttribute.sign)
+    .u32(ObjectAttribute.fixedTpm | ObjectAttribute.restricted | ObjectAttribute.sign)
     .sized(new Uint8Array()) // authPolicy
     .u16(TpmAlg.NULL) // symmetric
     .u16(TpmAlg.ECDSA).u16(TpmAlg.SHA256) // scheme

@@ -7,7 +7,6 @@ import {
   AttestationError,
   MAX_EVIDENCE_DOCUMENT_BYTES,
   type Measurement,
-  toHex,
 } from "../../src/attestation/attestation.ts";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { extendPcr15, readPcrs } from "../../src/attestation/tpm/pcr.ts";
@@ -113,7 +112,7 @@ for (const keyAlgorithm of ["ecc", "rsa"] as const) {
         await runLoadingTpmTool({ tcti: swtpm.tcti }, "tpm2_readpublic", [
           ...["-c", `${dir}/ak.ctx`, "-n", `${dir}/name.bin`],
         ]);
-        assert.equal(toHex(await Deno.readFile(`${dir}/name.bin`)), `000b${first.keyDigest}`);
+        assert.equal((await Deno.readFile(`${dir}/name.bin`)).toHex(), `000b${first.keyDigest}`);
       } finally {
         await Deno.remove(dir, { recursive: true });
       }
@@ -210,7 +209,7 @@ Deno.test("tpm issuer: a PCR extended between quote and read makes it quote agai
       const result = await anyKey.validate(document, reportData);
       const pcr15 = (await readPcrs({ tcti: swtpm.tcti }, [15])).get(15)!;
       retried = lines.some((line) => String(line.msg).includes("quoting again"));
-      if (retried) assert.equal(result.measurements[15], toHex(pcr15));
+      if (retried) assert.equal(result.measurements[15], pcr15.toHex());
     }
     assert.ok(retried, "no quote raced with a PCR extension in 20 tries");
   } finally {

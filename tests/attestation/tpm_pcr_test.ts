@@ -1,6 +1,6 @@
 /** Integration tests of the PCR helpers against a live swtpm. */
 import assert from "node:assert/strict";
-import { AttestationError, toHex } from "../../src/attestation/attestation.ts";
+import { AttestationError } from "../../src/attestation/attestation.ts";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { extendPcr15, isNodeBootstrapped, readPcr, readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { TpmToolError } from "../../src/attestation/tpm/tools.ts";
@@ -30,10 +30,10 @@ Deno.test("tpm pcr: extending PCR 15 with the cluster ID marks the node and brea
     const before = crypto.getRandomValues(new Uint8Array(32));
     await validator.validate(await issuer.issue(before), before);
 
-    const clusterID = crypto.getRandomValues(new Uint8Array(32));
-    await extendPcr15(tpm, clusterID);
-    const expected = await sha256(zero, await sha256(clusterID));
-    assert.equal(toHex(await readPcr(tpm, 15)), toHex(expected));
+    const clusterId = crypto.getRandomValues(new Uint8Array(32));
+    await extendPcr15(tpm, clusterId);
+    const expected = await sha256(zero, await sha256(clusterId));
+    assert.equal((await readPcr(tpm, 15)).toHex(), expected.toHex());
     assert.equal(await isNodeBootstrapped(tpm), true);
 
     const after = crypto.getRandomValues(new Uint8Array(32));
@@ -42,16 +42,16 @@ Deno.test("tpm pcr: extending PCR 15 with the cluster ID marks the node and brea
       assert.equal(error.reason, "measurement-mismatch");
       assert.deepEqual(error.mismatches, [{
         index: 15,
-        expected: toHex(zero),
-        actual: toHex(expected),
+        expected: zero.toHex(),
+        actual: expected.toHex(),
         enforced: true,
       }]);
       return true;
     });
 
     // A second extension chains on the first: PCR_Event semantics, not a reset.
-    await extendPcr15(tpm, clusterID);
-    assert.equal(toHex(await readPcr(tpm, 15)), toHex(await sha256(expected, await sha256(clusterID))));
+    await extendPcr15(tpm, clusterId);
+    assert.equal((await readPcr(tpm, 15)).toHex(), (await sha256(expected, await sha256(clusterId))).toHex());
   } finally {
     await issuer.close();
     await swtpm.stop();

@@ -9,7 +9,6 @@ import {
   type AttestationFailure,
   MAX_EVIDENCE_DOCUMENT_BYTES,
   type Measurement,
-  toHex,
 } from "../../src/attestation/attestation.ts";
 import {
   akDigest,
@@ -120,7 +119,7 @@ for (const [scheme, fixture] of FIXTURES) {
 
   Deno.test(`tpm validator: ${scheme} akDigest is SHA-256 of TPMT_PUBLIC`, async () => {
     const tpmtPublic = fieldBytes(fixture, "akPublic").slice(2);
-    const expected = toHex(new Uint8Array(await crypto.subtle.digest("SHA-256", tpmtPublic)));
+    const expected = new Uint8Array(await crypto.subtle.digest("SHA-256", tpmtPublic)).toHex();
     assert.equal(await akDigest(document), expected);
     assert.equal(fixture.akDigest, expected);
   });
@@ -234,10 +233,10 @@ for (const [scheme, fixture] of FIXTURES) {
       "4 measurement(s) differ",
     );
     assert.deepEqual(error.mismatches, [
-      { index: 4, expected: toHex(wrong), actual: fixture.pcrs["4"], enforced: true },
-      { index: 9, expected: toHex(wrong), actual: fixture.pcrs["9"], enforced: true },
-      { index: 12, expected: toHex(wrong), actual: fixture.pcrs["12"], enforced: false },
-      { index: 20, expected: toHex(wrong), actual: null, enforced: true },
+      { index: 4, expected: wrong.toHex(), actual: fixture.pcrs["4"], enforced: true },
+      { index: 9, expected: wrong.toHex(), actual: fixture.pcrs["9"], enforced: true },
+      { index: 12, expected: wrong.toHex(), actual: fixture.pcrs["12"], enforced: false },
+      { index: 20, expected: wrong.toHex(), actual: null, enforced: true },
     ]);
     for (const index of [4, 9, 12, 20]) {
       assert.ok(error.message.includes(`PCR ${index} expected`), error.message);
@@ -290,8 +289,8 @@ for (const [scheme, fixture] of FIXTURES) {
     measurements.set(23, { expected: wrong, warnOnly: true });
     const result = await validator({ measurements, logger }).validate(document, reportData);
     assert.deepEqual(result.warnings, [
-      { index: 15, expected: toHex(wrong), actual: fixture.pcrs["15"], enforced: false },
-      { index: 23, expected: toHex(wrong), actual: null, enforced: false },
+      { index: 15, expected: wrong.toHex(), actual: fixture.pcrs["15"], enforced: false },
+      { index: 23, expected: wrong.toHex(), actual: null, enforced: false },
     ]);
     const warned = lines.filter((line) => line.level === "warn" && line.index !== undefined).map((line) =>
       line.index

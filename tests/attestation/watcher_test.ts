@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   AttestationConfigWatcher,
   type AttestationConfigWatcherOptions,
+  CONTROL_PLANE_ANY_KEY_WARNING,
 } from "../../src/attestation/watcher.ts";
 import { AttestationConfigError } from "../../src/attestation/config.ts";
 import { measurementsDigest, parseMeasurements } from "../../src/attestation/measurements.ts";
@@ -101,7 +102,7 @@ Deno.test("start rejects a missing, invalid or wrong-variant config", async () =
   await withConfigDir(async (dir, path) => {
     await assert.rejects(start({ path }), (error: unknown) => {
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, "unreadable");
+      assert.equal(error.reason, "unreadable");
       assert.match(error.message, new RegExp(`^cannot read attestation config ${path}: No such file`));
       return true;
     });
@@ -254,18 +255,18 @@ Deno.test("invalid content keeps the last good config; a later valid change appl
       assert.ok(logged);
       assert.equal(logged.level, "error");
       assert.equal(logged.generation, 1);
-      assert.equal(logged.code, "invalid-config");
+      assert.equal(logged.reason, "invalid-config");
 
       failed = errors.next();
       await Deno.remove(path);
       error = await failed;
       assert.ok(error instanceof AttestationConfigError);
-      assert.equal(error.code, "unreadable");
+      assert.equal(error.reason, "unreadable");
       assert.equal(watcher.current(), good);
 
       failed = errors.next();
       await Deno.writeTextFile(path, '{"variant":"qemu-vtpm"}');
-      assert.equal((await failed as AttestationConfigError).code, "variant-mismatch");
+      assert.equal((await failed as AttestationConfigError).reason, "variant-mismatch");
       assert.equal(watcher.current(), good);
 
       await Deno.writeTextFile(path, dummyConfig("ee"));
@@ -288,7 +289,7 @@ Deno.test("a rewrite without effective change keeps the generation", async () =>
       const good = watcher.current();
       const failed = errors.next();
       await Deno.writeTextFile(path, "not json");
-      assert.equal((await failed as AttestationConfigError).code, "invalid-json");
+      assert.equal((await failed as AttestationConfigError).reason, "invalid-json");
       // The same config, spelled differently (legacy form, upper-case hex, whitespace).
       const recovered = next("attestation config is valid again and unchanged");
       await Deno.writeTextFile(path, `{ "measurements": {"4": "${"AA".repeat(32)}"}, "variant": "dummy" }\n`);
@@ -327,6 +328,48 @@ Deno.test("AK trust changes of a qemu-vtpm config are applied and logged", async
       });
       assert.deepEqual(line.measurementsChanged, []);
       assert.equal(line.digest, watcher.current().digest);
+    } finally {
+      await watcher.close();
+    }
+  });
+});
+
+Deno.test("a change of the control-plane keys alone is applied, logged, and warned about when it opens the role to any key", async () => {
+  await withConfigDir(async (_dir, path) => {
+    const config = (akTrust: unknown) =>
+      JSON.stringify({ variant: "qemu-vtpm", measurements: { "4": "aa".repeat(32) }, akTrust });
+    await Deno.writeTextFile(path, config({ allowedKeyDigests: [KEY1, KEY2] }));
+    const { logger, lines, next } = recordingLogger();
+    const watcher = await start({ path, logger, variant: "qemu-vtpm" });
+    try {
+      assert.deepEqual(watcher.current().config.controlPlanes, { kind: "allow-list", keyDigests: new Set() });
+      let logged = next("attestation config reloaded");
+      await Deno.writeTextFile(
+        path,
+        config({ allowedKeyDigests: [KEY1, KEY2], controlPlaneKeyDigests: [KEY2] }),
+      );
+      const state = await watcher.reloaded(1, { signal: timeout() });
+      assert.deepEqual(state.config.controlPlanes, { kind: "allow-list", keyDigests: new Set([KEY2]) });
+      assert.equal(state.generation, 2);
+      const line = await logged;
+      assert.equal(line.akTrustChange, undefined);
+      assert.deepEqual(line.controlPlanesChange, {
+        from: "allow-list",
+        to: "allow-list",
+        addedKeys: [KEY2],
+        removedKeys: [],
+      });
+      assert.equal(line.controlPlaneKeys, 1);
+
+      logged = next("attestation config reloaded");
+      const warned = next(CONTROL_PLANE_ANY_KEY_WARNING);
+      await Deno.writeTextFile(path, config({ trustAnyKey: true, controlPlaneAnyKey: true }));
+      assert.deepEqual((await watcher.reloaded(2, { signal: timeout() })).config.controlPlanes, {
+        kind: "any",
+      });
+      assert.equal((await logged).controlPlanes, "any");
+      assert.equal((await warned).level, "warn");
+      assert.equal(lines.filter((l) => l.msg === CONTROL_PLANE_ANY_KEY_WARNING).length, 1);
     } finally {
       await watcher.close();
     }
@@ -500,7 +543,7 @@ Deno.test("a file that stays unreadable is reported once, not at every re-read",
       await Deno.remove(path);
       await new Promise((resolve) => setTimeout(resolve, 10 * POLL_MS));
       assert.equal(failures.length, 1);
-      assert.equal((failures[0] as AttestationConfigError).code, "unreadable");
+      assert.equal((failures[0] as AttestationConfigError).reason, "unreadable");
       await Deno.writeTextFile(path, dummyConfig("bb"));
       assert.equal((await watcher.reloaded(1, { signal: timeout() })).generation, 2);
     } finally {

@@ -16,6 +16,7 @@
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ChallengeNonces } from "../../src/atls/nonce.ts";
+import { systemClock } from "../../src/clock.ts";
 import { generateKeyPair, seal } from "../../src/atls/hpke.ts";
 import { computeReportData, joinRequestDigest } from "../../src/atls/reportdata.ts";
 import { type PreparedJoinRequest, startJoinCluster } from "../support/join_cluster.ts";
@@ -147,7 +148,7 @@ async function cryptoFloor(): Promise<{ parts: Record<string, number>; totalMs: 
   const tbs = crypto.getRandomValues(new Uint8Array(450));
   const nonces = new ChallengeNonces({
     key: new Uint8Array(32),
-    clock: { now: () => Date.now() },
+    clock: systemClock,
     maxTracked: 1_000_000,
   });
   const recipient = await generateKeyPair();

@@ -16,12 +16,12 @@ import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { keyServiceRoutes } from "../../src/keyservice/server.ts";
-import { ClusterKMS } from "../../src/kms/cluster_kms.ts";
+import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { silentLogger } from "../../src/log/logger.ts";
 import { serveRpc } from "../../src/rpc/server.ts";
 
 const routes = keyServiceRoutes({
-  kms: new ClusterKMS(new Uint8Array(32).fill(1), new Uint8Array(32).fill(2)),
+  kms: new ClusterKms(new Uint8Array(32).fill(1), new Uint8Array(32).fill(2)),
   logger: silentLogger,
 });
 const mode = Deno.args[0];

@@ -1,13 +1,17 @@
 /**
- * `scripts/build.ts` and its artifact: the key service bundle, run through
+ * `scripts/build.ts` and its artifacts: the key service bundle, run through
  * its launcher by the pinned Deno, reads secrets inside its baked permissions
- * (/var/config) and cannot read or bind outside them.
+ * (/var/config) and cannot read or bind outside them; the join service bundle
+ * serves join.API (TLS, the key service client, X.509, YAML: the bundled
+ * CommonJS modules too) from inputs inside its permissions, and cannot read
+ * outside them.
  */
 import assert from "node:assert/strict";
-import { toHex } from "../../src/attestation/attestation.ts";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { launcherScript, permissionFlags } from "../../scripts/build.ts";
 import { HKDF_ZERO } from "../kms/vectors.ts";
+import { createTestCa } from "../support/pki.ts";
+import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
 import { runToExit, startService } from "../support/process.ts";
 import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/key_service_process.ts";
 
@@ -35,6 +39,38 @@ async function ensureConfigDir(): Promise<boolean> {
   } catch (err) {
     throw new Error(`cannot create ${CONFIG_DIR} (${(err as Error).message}): ${NOT_ROOT}`);
   }
+}
+
+/**
+ * Writes what a join service reads at start into `dir`: `config/` (a dummy
+ * attestation config, a measurement salt) and `kubernetes/` (admin.conf with
+ * the cluster CA, and that CA in pki/).
+ */
+async function writeJoinServiceInputs(dir: string): Promise<void> {
+  await Deno.mkdir(`${dir}/config`);
+  await Deno.mkdir(`${dir}/kubernetes/pki`, { recursive: true });
+  await Deno.writeTextFile(`${dir}/config/attestationConfig`, JSON.stringify({ variant: "dummy" }));
+  await Deno.writeFile(`${dir}/config/measurementSalt`, crypto.getRandomValues(new Uint8Array(32)));
+  const ca = await createTestCa("CN=kubernetes");
+  await Deno.writeTextFile(`${dir}/kubernetes/pki/ca.crt`, ca.certPem);
+  await Deno.writeTextFile(`${dir}/kubernetes/pki/ca.key`, ca.keyPem, { mode: 0o600 });
+  // JSON is YAML: a kubeconfig for an API server that need not run, carrying the cluster CA.
+  await Deno.writeTextFile(
+    `${dir}/kubernetes/admin.conf`,
+    JSON.stringify({
+      apiVersion: "v1",
+      kind: "Config",
+      clusters: [{
+        name: "local",
+        cluster: {
+          server: "https://127.0.0.1:6443",
+          "certificate-authority-data": new TextEncoder().encode(ca.certPem).toBase64(),
+        },
+      }],
+      contexts: [{ name: "local", context: { cluster: "local" } }],
+      "current-context": "local",
+    }),
+  );
 }
 
 Deno.test("permissionFlags() expands a deno.json permission set into explicit flags", () => {
@@ -93,8 +129,8 @@ Deno.test("the built services run under exactly their permission sets", async (t
     timeoutMs: 120_000,
   });
   assert.equal(build.code, 0, build.stderrLines.join("\n"));
-  assert.match(build.stdoutLines.join("\n"), /^built dist\/key-service\.js \(\d+ KiB, deno bundle\)$/m);
-  assert.match(build.stdoutLines.join("\n"), /^built dist\/join-service\.js \(\d+ KiB, deno bundle\)$/m);
+  assert.match(build.stdoutLines.join("\n"), /^built dist\/key-service\.js \(\d+ KiB, esbuild\)$/m);
+  assert.match(build.stdoutLines.join("\n"), /^built dist\/join-service\.js \(\d+ KiB, esbuild\)$/m);
   const launcher = await Deno.readTextFile(LAUNCHER);
   assert.ok(
     launcher.includes("--allow-read=/var/config '--allow-net=0.0.0.0,127.0.0.1,localhost,[::],[::1]'"),
@@ -108,21 +144,18 @@ Deno.test("the built services run under exactly their permission sets", async (t
     CONFIG_DIR,
   );
   const outside = await writeSecrets({ masterSecret: new Uint8Array(32), salt: new Uint8Array(32) });
+  /** The built key service on a free loopback port, with the secrets under /var/config. */
+  const startBuiltKeyService = () =>
+    startService(LAUNCHER, [
+      ...["--port", "0", "--listen-address", "127.0.0.1"],
+      ...["--master-secret", inside.masterSecretPath, "--salt", inside.saltPath],
+    ], { readyMatch: KEY_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
   try {
     await t.step("it serves the HKDFZero key from secrets under /var/config", async () => {
-      const service = await startService(LAUNCHER, [
-        "--port",
-        "0",
-        "--listen-address",
-        "127.0.0.1",
-        "--master-secret",
-        inside.masterSecretPath,
-        "--salt",
-        inside.saltPath,
-      ], { readyMatch: KEY_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
+      const service = await startBuiltKeyService();
       try {
         using client = createKeyServiceClient({ endpoint: `127.0.0.1:${service.port}`, timeoutMs: 5000 });
-        assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
+        assert.equal((await client.getDataKey(ZERO_UUID, 32)).toHex(), HKDF_ZERO.output);
       } finally {
         assert.equal((await service.stop()).code, 0);
       }
@@ -164,6 +197,45 @@ Deno.test("the built services run under exactly their permission sets", async (t
         JSON.parse(result.stderrLines[0]).msg,
         /listen address 192\.0\.2\.1 is outside this process's net permissions/,
       );
+    });
+
+    await t.step("the join service serves join.API from inputs inside its permissions", async () => {
+      const dir = await Deno.makeTempDir({ dir: CONFIG_DIR, prefix: "join-service-test-" });
+      const keyService = await startBuiltKeyService();
+      try {
+        await writeJoinServiceInputs(dir);
+        const joinService = await startService(JOIN_SERVICE_LAUNCHER, [
+          ...["--attestation-variant", "dummy", "--key-service-endpoint", `127.0.0.1:${keyService.port}`],
+          ...["--api-server-endpoint", "10.0.0.1:6443", "--kubeconfig", `${dir}/kubernetes/admin.conf`],
+          ...["--config-dir", `${dir}/config`, "--kubernetes-dir", `${dir}/kubernetes`],
+          ...[
+            "--port",
+            "0",
+            "--listen-address",
+            "127.0.0.1",
+            "--metrics-port",
+            "0",
+            "--metrics-address",
+            "127.0.0.1",
+          ],
+        ], { readyMatch: JOIN_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
+        try {
+          // A challenge takes TLS (a certificate made at start), Connect, and the key service (its MAC key).
+          const call = await runToExit("buf", [
+            ...["curl", "--schema", "proto", "--protocol", "grpc", "--insecure", "--data", "{}"],
+            `https://127.0.0.1:${joinService.port}/join.API/GetChallenge`,
+          ], { cwd: REPO_ROOT });
+          assert.equal(call.code, 0, `${call.stderrLines.join("\n")}\n${joinService.stderrLines.join("\n")}`);
+          const { nonce, expiresAtUnixMs } = JSON.parse(call.stdoutLines.join("\n"));
+          assert.ok(Uint8Array.fromBase64(nonce).length > 32, nonce);
+          assert.ok(Number(expiresAtUnixMs) > Date.now(), expiresAtUnixMs);
+        } finally {
+          assert.equal((await joinService.stop()).code, 0);
+        }
+      } finally {
+        assert.equal((await keyService.stop()).code, 0);
+        await Deno.remove(dir, { recursive: true });
+      }
     });
 
     await t.step("the join service cannot read its inputs outside its permissions", async () => {

@@ -8,9 +8,10 @@ import {
   createBootstrapToken,
   generateBootstrapToken,
 } from "../../src/joinservice/bootstraptoken.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 
 const TOKEN_PATTERN = /^[a-z0-9]{6}\.[a-z0-9]{16}$/;
-const clock = { now: () => Date.UTC(2024, 4, 1, 12, 0, 0, 789) };
+const clock = new ManualClock(Date.UTC(2024, 4, 1, 12, 0, 0, 789));
 
 function decodeData(secret: Secret): Record<string, string> {
   const decoder = new TextDecoder();
@@ -163,7 +164,7 @@ Deno.test("a store failure is reported without the token, and not retried", asyn
   };
   const error = await createBootstrapToken({ secrets, clock }).then(() => assert.fail("created"), (e) => e);
   assert.ok(error instanceof BootstrapTokenError);
-  assert.equal(error.code, "create-failed");
+  assert.equal(error.reason, "create-failed");
   assert.match(
     error.message,
     /^creating bootstrap token secret kube-system\/bootstrap-token-[a-z0-9]{6}: admission denied <redacted> <redacted>$/,

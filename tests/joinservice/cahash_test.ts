@@ -1,24 +1,14 @@
 import assert from "node:assert/strict";
 import { discoveryTokenCaCertHash } from "../../src/joinservice/cahash.ts";
 import { KubeletCaError } from "../../src/joinservice/kubeletca.ts";
-
-async function openssl(args: string[], stdin: string | Uint8Array): Promise<Uint8Array> {
-  const child = new Deno.Command("openssl", { args, stdin: "piped", stdout: "piped", stderr: "piped" })
-    .spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin);
-  await writer.close();
-  const { code, stdout, stderr } = await child.output();
-  if (code !== 0) throw new Error(`openssl ${args.join(" ")}: ${new TextDecoder().decode(stderr)}`);
-  return stdout;
-}
+import { opensslOk } from "../support/openssl.ts";
 
 async function selfSignedCa(): Promise<string> {
   const key = new TextDecoder().decode(
-    await openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"], ""),
+    await opensslOk(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"], ""),
   );
   return new TextDecoder().decode(
-    await openssl(
+    await opensslOk(
       ["req", "-x509", "-new", "-key", "/dev/stdin", "-subj", "/CN=kubernetes", "-days", "1"],
       key,
     ),
@@ -27,9 +17,9 @@ async function selfSignedCa(): Promise<string> {
 
 /** kubeadm's documented recipe: sha256 of the DER public key, via openssl. */
 async function opensslPin(certPem: string): Promise<string> {
-  const publicKeyPem = await openssl(["x509", "-pubkey", "-noout"], certPem);
-  const der = await openssl(["pkey", "-pubin", "-outform", "DER"], publicKeyPem);
-  const digest = new TextDecoder().decode(await openssl(["dgst", "-sha256", "-r"], der));
+  const publicKeyPem = await opensslOk(["x509", "-pubkey", "-noout"], certPem);
+  const der = await opensslOk(["pkey", "-pubin", "-outform", "DER"], publicKeyPem);
+  const digest = new TextDecoder().decode(await opensslOk(["dgst", "-sha256", "-r"], der));
   return `sha256:${digest.split(" ")[0]}`;
 }
 

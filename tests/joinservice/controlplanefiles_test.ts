@@ -45,7 +45,7 @@ Deno.test("a missing file is named in the error, without any file content", asyn
         (e) => e,
       );
       assert.ok(error instanceof ControlPlaneFilesError);
-      assert.equal(error.code, "missing");
+      assert.equal(error.reason, "missing");
       assert.equal(error.file, missing);
       assert.equal(error.message, `control-plane file ${missing} not found in ${dir}`);
       assert.ok(!error.message.includes("content of"));
@@ -61,7 +61,7 @@ Deno.test("an unreadable file is named in the error", async () => {
       loadControlPlaneFiles({ pkiDir: dir }),
       (error) => {
         assert.ok(error instanceof ControlPlaneFilesError);
-        assert.equal(error.code, "unreadable");
+        assert.equal(error.reason, "unreadable");
         assert.equal(error.file, "ca.crt");
         assert.match(error.message, new RegExp(`^reading control-plane file ${dir}/ca\\.crt: \\w+$`));
         return true;

@@ -3,8 +3,9 @@
  * a QEMU-style metadata API (`--metadata-url`, `GET /self` → `VPCIP`).
  */
 import assert from "node:assert/strict";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { startJoinCluster } from "../support/join_cluster.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 Deno.test("the join service hands nodes <VPCIP of the metadata API's /self>:6443", async (t) => {
   let up = true;
@@ -22,15 +23,11 @@ Deno.test("the join service hands nodes <VPCIP of the metadata API's /self>:6443
     await t.step("metadata API down: Unavailable, the service keeps running", async () => {
       up = false;
       const service = await cluster.startJoinService({ flags: ["--metadata-url", metadataUrl] });
-      const error = await cluster.requestTicket({
-        diskUuid: crypto.randomUUID(),
-        nodeName: "worker-md",
-        service,
-      })
-        .then(() => undefined, (e) => e);
-      assert.ok(error instanceof ConnectError);
-      assert.equal(Code[error.code], "Unavailable", error.rawMessage);
-      assert.match(error.rawMessage, /metadata API .* answered 503/);
+      await expectConnectError(
+        cluster.requestTicket({ diskUuid: crypto.randomUUID(), nodeName: "worker-md", service }),
+        Code.Unavailable,
+        /metadata API .* answered 503/,
+      );
       up = true;
       const { ticket } = await cluster.requestTicket({
         diskUuid: crypto.randomUUID(),

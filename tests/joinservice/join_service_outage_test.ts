@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { bootstrapTokenSecretName } from "../../src/joinservice/bootstraptoken.ts";
 import type { AuthorizationRequest } from "../support/fake_apiserver.ts";
 import {
   type JoinCluster,
@@ -14,17 +15,10 @@ import {
   startJoinCluster,
   type TicketRequestOptions,
 } from "../support/join_cluster.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
-/** Asserts that `call` fails with `code` and a message matching `message`. */
-async function assertCode(call: Promise<unknown>, code: Code, message: RegExp): Promise<void> {
-  const error = await call.then(() => undefined, (e: unknown) => e);
-  assert.ok(error instanceof ConnectError, `want a ConnectError, got ${error}`);
-  assert.equal(Code[error.code], Code[code], error.rawMessage);
-  assert.match(error.rawMessage, message);
-}
-
-/** The random part of a bootstrap token Secret's name. */
-const TOKEN_ID = /(bootstrap-token-)[a-z0-9]{6}$/;
+/** The random part of a bootstrap token Secret's path. */
+const TOKEN_ID = new RegExp(`(?<=/${bootstrapTokenSecretName("")})[a-z0-9]{6}$`);
 
 /** The API server calls since `from` that change something (anything but GET). */
 function writesSince(cluster: JoinCluster, from: number): [string, string, number][] {
@@ -36,27 +30,35 @@ function writesSince(cluster: JoinCluster, from: number): [string, string, numbe
 }
 
 /**
- * A TCP proxy to 127.0.0.1:`port` that holds every new connection for
- * `delayMs` before connecting it through: a slow key service.
+ * A TCP proxy to 127.0.0.1:`port` that holds every chunk the key service
+ * sends back for `delayMs` (in order): a slow key service, for every call,
+ * also on the one connection its client keeps.
  */
 function startDelayingProxy(port: number, delayMs: number): { port: number } & AsyncDisposable {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const connections = new Set<Deno.Conn>();
-  const timers = new Set<ReturnType<typeof setTimeout>>();
+  const closing = new AbortController();
+  const later = () =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, delayMs);
+      closing.signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        resolve();
+      }, { once: true });
+    });
   const relay = async (downstream: Deno.Conn) => {
     connections.add(downstream);
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        resolve();
-      }, delayMs);
-      timers.add(timer);
-    });
     const upstream = await Deno.connect({ hostname: "127.0.0.1", port });
     connections.add(upstream);
+    const delayed = new TransformStream<Uint8Array, Uint8Array>({
+      async transform(chunk, controller) {
+        await later();
+        controller.enqueue(chunk);
+      },
+    });
     await Promise.all([
       downstream.readable.pipeTo(upstream.writable).catch(() => {}),
-      upstream.readable.pipeTo(downstream.writable).catch(() => {}),
+      upstream.readable.pipeThrough(delayed).pipeTo(downstream.writable).catch(() => {}),
     ]);
   };
   const accepting = (async () => {
@@ -66,8 +68,8 @@ function startDelayingProxy(port: number, delayMs: number): { port: number } & A
     port: (listener.addr as Deno.NetAddr).port,
     async [Symbol.asyncDispose]() {
       listener.close();
+      closing.abort();
       await accepting;
-      for (const timer of timers) clearTimeout(timer);
       for (const connection of connections) {
         try {
           connection.close();
@@ -114,7 +116,10 @@ function requestTicket(cluster: JoinCluster, options: Partial<TicketRequestOptio
 Deno.test("the join service process survives outages of the key service and the API server", async (t) => {
   // Lets a test make single API calls fail; everything is allowed otherwise.
   let refuse: (request: AuthorizationRequest) => boolean = () => false;
-  await using cluster = await startJoinCluster({ authorize: (request) => !refuse(request) });
+  await using cluster = await startJoinCluster({
+    authorize: (request) => !refuse(request),
+    controlPlaneKey: true,
+  });
   const { client } = cluster.joinService;
 
   await t.step(
@@ -125,8 +130,12 @@ Deno.test("the join service process survives outages of the key service and the 
       try {
         const requests = cluster.apiServer.requests.length;
         const keyServiceDown = /^getting (measurement secret|state disk key): .*ECONNREFUSED/;
-        await assertCode(requestTicket(cluster), Code.Unavailable, keyServiceDown);
-        await assertCode(cluster.requestRejoinTicket(crypto.randomUUID()), Code.Unavailable, keyServiceDown);
+        await expectConnectError(requestTicket(cluster), Code.Unavailable, keyServiceDown);
+        await expectConnectError(
+          cluster.requestRejoinTicket(crypto.randomUUID()),
+          Code.Unavailable,
+          keyServiceDown,
+        );
         assert.deepEqual(writesSince(cluster, requests), [], "nothing was written to the API server");
         assert.equal((await client.getStatus({})).attestationVariant, "qemu-vtpm");
       } finally {
@@ -145,7 +154,7 @@ Deno.test("the join service process survives outages of the key service and the 
     const late = await cluster.startJoinService();
     try {
       try {
-        await assertCode(
+        await expectConnectError(
           late.client.getChallenge({}),
           Code.Unavailable,
           /^nonce key unavailable from the key service; retry later$/,
@@ -167,7 +176,7 @@ Deno.test("the join service process survives outages of the key service and the 
   await t.step("API server down: Unavailable, and tickets again once it is back", async () => {
     await cluster.apiServer.setDown(true);
     try {
-      await assertCode(
+      await expectConnectError(
         requestTicket(cluster),
         Code.Unavailable,
         /^getting components: API server unavailable/,
@@ -186,7 +195,7 @@ Deno.test("the join service process survives outages of the key service and the 
       refuse = (request) => request.resource === "joiningnodes";
       const requests = cluster.apiServer.requests.length;
       try {
-        await assertCode(
+        await expectConnectError(
           requestTicket(cluster, { nodeName: "worker-refused" }),
           Code.Internal,
           /^recording joining node: .*forbidden/,
@@ -195,13 +204,12 @@ Deno.test("the join service process survives outages of the key service and the 
         refuse = () => false;
       }
       const writes = writesSince(cluster, requests);
-      const secrets = "/api/v1/namespaces/kube-system/secrets";
       assert.deepEqual(
-        writes.map(([method, path, status]) => [method, path.replace(TOKEN_ID, "$1<id>"), status]),
+        writes.map(([method, path, status]) => [method, path.replace(TOKEN_ID, "<id>"), status]),
         [
-          ["POST", secrets, 201],
+          ["POST", OBJECT_PATHS.secrets, 201],
           ["PATCH", OBJECT_PATHS.joiningNode("worker-refused"), 403],
-          ["DELETE", `${secrets}/bootstrap-token-<id>`, 200],
+          ["DELETE", OBJECT_PATHS.tokenSecret("<id>"), 200],
         ],
       );
       assert.equal(cluster.apiServer.getObject(writes[2][1]), undefined, "the token Secret is gone");
@@ -216,7 +224,7 @@ Deno.test("the join service process survives outages of the key service and the 
   await t.step("a second control plane while one is joining: Unavailable, its token deleted", async () => {
     await requestTicket(cluster, { nodeName: "control-plane-1", isControlPlane: true });
     const requests = cluster.apiServer.requests.length;
-    await assertCode(
+    await expectConnectError(
       requestTicket(cluster, { nodeName: "control-plane-2", isControlPlane: true }),
       Code.Unavailable,
       /control planes join one at a time, retry later/,
@@ -233,7 +241,7 @@ Deno.test("the join service process survives outages of the key service and the 
   });
 
   await t.step("a node that gives up does not fail the others waiting for the same key", async () => {
-    // Every key service call takes 700 ms; the first caller's deadline runs out while it waits.
+    // Every key service answer takes 700 ms; the first caller's deadline runs out while it waits.
     await using proxy = startDelayingProxy(cluster.keyService.port, 700);
     const slow = await cluster.startJoinService({
       flags: ["--key-service-endpoint", `127.0.0.1:${proxy.port}`],
@@ -244,7 +252,7 @@ Deno.test("the join service process survives outages of the key service and the 
       const impatientChallenge = slow.client.getChallenge({}, { timeoutMs: 200 });
       await later();
       const patientChallenge = slow.client.getChallenge({});
-      await assertCode(impatientChallenge, Code.DeadlineExceeded, /timed out/);
+      await expectConnectError(impatientChallenge, Code.DeadlineExceeded, /timed out/);
       assert.equal((await patientChallenge).nonce.length > 0, true);
 
       // The measurement secret and the SSH CA, fetched on the first ticket.
@@ -264,7 +272,7 @@ Deno.test("the join service process survives outages of the key service and the 
       const impatientTicket = slow.client.issueJoinTicket(impatient.request, { timeoutMs: 300 });
       await later();
       const patientTicket = slow.client.issueJoinTicket(patient.request);
-      await assertCode(impatientTicket, Code.DeadlineExceeded, /timed out/);
+      await expectConnectError(impatientTicket, Code.DeadlineExceeded, /timed out/);
       const ticket = await cluster.openJoinTicket(await patientTicket, patient.bundle);
       const expected = await cluster.expectedKeys(patient.request.diskUuid);
       assert.deepEqual(ticket.measurementSecret, expected.measurementSecret);

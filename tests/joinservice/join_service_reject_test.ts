@@ -1,14 +1,18 @@
 /**
- * The real join service process refusing requests: malformed and malicious
- * ones (each with the right code and without a single call to the API
- * server), nodes whose measurements no longer match after the attestation
- * config is changed on disk, and peers over their rate limit.
+ * The real join service process refusing requests, as an acceptance layer
+ * over the handler's unit tests (`service_test.ts`) and the exchange tests
+ * (`tests/atls/`): CSRs a kubelet may not have, wildcard SSH principals and
+ * disk UUIDs naming other keys (each with the right code and without a
+ * single call to the API server), a worker's key asking for control-plane
+ * files until the operator names it, nodes whose measurements no longer
+ * match after the attestation config is changed on disk, a flood of garbage
+ * that must not starve attested nodes, and peers over their rate limit.
  */
 import assert from "node:assert/strict";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { toHex } from "../../src/attestation/attestation.ts";
+import { create } from "@bufbuild/protobuf";
+import { Code, type ConnectError } from "@connectrpc/connect";
+import { IssueJoinTicketRequestSchema } from "../../src/gen/join/join_pb.ts";
 import { measurementsDigest, parseMeasurements } from "../../src/attestation/measurements.ts";
-import { generateKeyPair } from "../../src/atls/hpke.ts";
 import {
   type AttestationConfigJson,
   auditLines,
@@ -16,6 +20,7 @@ import {
   nodeCsr,
   startJoinCluster,
 } from "../support/join_cluster.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 /** Asserts that `call` fails with `code` (and a message matching `message`) and the API server saw no request. */
 async function assertRejected(
@@ -25,10 +30,7 @@ async function assertRejected(
   message?: RegExp,
 ): Promise<ConnectError> {
   const requests = cluster.apiServer.requests.length;
-  const error = await call().then(() => undefined, (e: unknown) => e);
-  assert.ok(error instanceof ConnectError, `want a ConnectError, got ${error}`);
-  assert.equal(Code[error.code], Code[code], error.rawMessage);
-  if (message) assert.match(error.rawMessage, message);
+  const error = await expectConnectError(call, code, message);
   assert.deepEqual(cluster.apiServer.requests.slice(requests), [], "the API server was not called");
   return error;
 }
@@ -38,50 +40,6 @@ Deno.test("the join service process rejects malformed and malicious requests wit
   const { client } = cluster.joinService;
   const prepare = (options: { diskUuid?: string; certificateRequest?: Uint8Array } = {}) =>
     cluster.prepareJoinRequest({ diskUuid: crypto.randomUUID(), nodeName: "worker-1", ...options });
-
-  await t.step("no attestation: InvalidArgument", async () => {
-    const { request } = await prepare();
-    request.attestation = undefined;
-    await assertRejected(
-      cluster,
-      () => client.issueJoinTicket(request),
-      Code.InvalidArgument,
-      /evidence-missing/,
-    );
-  });
-
-  await t.step("the same request twice: the replayed nonce is PermissionDenied", async () => {
-    const { request } = await prepare();
-    await client.issueJoinTicket(request);
-    await assertRejected(
-      cluster,
-      () => client.issueJoinTicket(request),
-      Code.PermissionDenied,
-      /nonce-replayed/,
-    );
-  });
-
-  await t.step("evidence made for another disk UUID: PermissionDenied", async () => {
-    const { request } = await prepare();
-    request.diskUuid = crypto.randomUUID();
-    await assertRejected(
-      cluster,
-      () => client.issueJoinTicket(request),
-      Code.PermissionDenied,
-      /report-data-mismatch/,
-    );
-  });
-
-  await t.step("evidence bound to another HPKE key: PermissionDenied", async () => {
-    const { request } = await prepare();
-    request.attestation!.publicKey = (await generateKeyPair()).publicKey;
-    await assertRejected(
-      cluster,
-      () => client.issueJoinTicket(request),
-      Code.PermissionDenied,
-      /report-data-mismatch/,
-    );
-  });
 
   await t.step("attested CSRs a kubelet may not have: InvalidArgument", async () => {
     const cases: [string, Uint8Array, RegExp][] = [
@@ -100,6 +58,21 @@ Deno.test("the join service process rejects malformed and malicious requests wit
         await nodeCsr({ subject: [{ O: ["system:nodes"] }, { CN: ["worker-1"] }] }),
         /common name prefix "system:node:" but is "worker-1"/,
       ],
+      [
+        "the API server endpoint's address",
+        await nodeCsr({ nodeName: "worker-1", ips: ["10.0.0.7", cluster.apiServerEndpoint.split(":")[0]] }),
+        /may not contain 10\.0\.0\.1, the API server endpoint's address$/,
+      ],
+      [
+        "the service network's first address (the API server's Service)",
+        await nodeCsr({ nodeName: "worker-1", ips: ["10.96.0.1"] }),
+        /may not contain 10\.96\.0\.1, the first address of the service network/,
+      ],
+      [
+        "loopback",
+        await nodeCsr({ nodeName: "worker-1", ips: ["::1"] }),
+        /may not contain the loopback or unspecified address ::1$/,
+      ],
     ];
     for (const [what, certificateRequest, message] of cases) {
       const { request } = await prepare({ certificateRequest });
@@ -113,28 +86,60 @@ Deno.test("the join service process rejects malformed and malicious requests wit
     }
   });
 
-  await t.step("the reserved node name: InvalidArgument", async () => {
-    const reserved = await cluster.prepareJoinRequest({
-      diskUuid: crypto.randomUUID(),
-      nodeName: "control-plane",
-    });
-    await assertRejected(
-      cluster,
-      () => client.issueJoinTicket(reserved.request),
-      Code.InvalidArgument,
-      /^node name "control-plane" is reserved$/,
-    );
+  await t.step("a wildcard SSH principal: InvalidArgument", async () => {
+    for (const principal of ["*", "*.cluster.local", "node-1,node-2"]) {
+      const { request } = await cluster.prepareJoinRequest({
+        diskUuid: crypto.randomUUID(),
+        nodeName: "worker-1",
+        hostKey: {
+          publicKey: new TextEncoder().encode("ssh-ed25519 AAAA"),
+          principals: ["worker-1", principal],
+        },
+      });
+      await assertRejected(
+        cluster,
+        () => client.issueJoinTicket(request),
+        Code.InvalidArgument,
+        /contains the pattern character/,
+      );
+    }
   });
 
-  await t.step("a CSR over 16 KiB: InvalidArgument", async () => {
-    const { request } = await prepare({ certificateRequest: new Uint8Array(16 * 1024 + 1).fill(0x30) });
-    await assertRejected(
-      cluster,
-      () => client.issueJoinTicket(request),
-      Code.InvalidArgument,
-      /certificate_request is 16385 bytes; at most 16384/,
-    );
-  });
+  await t.step(
+    "a worker key asking for control-plane files: PermissionDenied, nothing created; granted once the operator lists it",
+    async () => {
+      const request = { diskUuid: crypto.randomUUID(), nodeName: "control-plane-9", isControlPlane: true };
+      const error = await assertRejected(
+        cluster,
+        () => cluster.requestTicket(request),
+        Code.PermissionDenied,
+        /may not join as a control plane/,
+      );
+      assert.ok(!error.rawMessage.includes(cluster.issuer.keyDigest));
+      const [refused] = (await auditLines(cluster.joinService)).filter((e) =>
+        e.reason === "control-plane-not-allowed"
+      );
+      assert.equal(refused.keyDigest, cluster.issuer.keyDigest, "the audit line names the refused key");
+      assert.equal(refused.role, "control-plane");
+
+      // The operator names the key as a control plane's: the reloaded config lets the same node in.
+      const { configGeneration } = await client.getStatus({});
+      const listed: AttestationConfigJson = structuredClone(cluster.attestationConfig);
+      listed.akTrust = {
+        allowedKeyDigests: [cluster.issuer.keyDigest],
+        controlPlaneKeyDigests: [cluster.issuer.keyDigest],
+      };
+      await cluster.writeAttestationConfig(listed);
+      await cluster.waitForConfigGeneration(configGeneration + 1n);
+      const { ticket } = await cluster.requestTicket(request);
+      assert.equal(ticket.controlPlaneFiles.length, 8);
+
+      // And removing it again takes the grant back.
+      await cluster.writeAttestationConfig(cluster.attestationConfig);
+      await cluster.waitForConfigGeneration(configGeneration + 2n);
+      await assertRejected(cluster, () => cluster.requestTicket(request), Code.PermissionDenied);
+    },
+  );
 
   await t.step("a message over 256 KiB: a clean error, and the service stays up", async () => {
     const { request } = await prepare();
@@ -229,7 +234,7 @@ Deno.test("the join service process rejects malformed and malicious requests wit
         /measurement-mismatch/,
       );
       for (const [index, expected] of [[4, "aa"], [9, "bb"]] as const) {
-        const actual = toHex(cluster.pcrs.get(index)!);
+        const actual = cluster.pcrs.get(index)!.toHex();
         assert.ok(
           error.rawMessage.includes(
             `PCR[${index}] expected ${expected.repeat(32)}, got ${actual} (enforced)`,
@@ -270,17 +275,84 @@ Deno.test("the join service process rejects malformed and malicious requests wit
     for (const entry of rejected) {
       assert.equal(typeof entry.reason, "string");
       assert.ok(["InvalidArgument", "PermissionDenied", "ResourceExhausted"].includes(String(entry.code)));
-      if (entry.reason !== "identity") {
+      if (entry.reason !== "reserved-node-name") {
         assert.equal(entry.nodeName, undefined, "no node name before the CSR is accepted");
       }
     }
     const reasons = new Set(rejected.map((entry) => entry.reason));
     for (
-      const reason of ["evidence-missing", "nonce-replayed", "report-data-mismatch", "measurement-mismatch"]
+      const reason of [
+        "measurement-mismatch",
+        "control-plane-not-allowed",
+        "csr-rejected",
+        "malformed-request",
+      ]
     ) {
       assert.ok(reasons.has(reason), `${reason} in ${[...reasons]}`);
     }
   });
+
+  await t.step(
+    "a flood of garbage does not spend the ticket budget: attested nodes still get their tickets",
+    async () => {
+      const budgeted = await cluster.startJoinService({
+        flags: ["--rate-global", "0.001", "--burst-global", "3"],
+      });
+      try {
+        const garbage = (i: number) => {
+          const fields = { diskUuid: crypto.randomUUID(), certificateRequest: new Uint8Array([0x30, 0x00]) };
+          const forgedNonce = {
+            nonce: Uint8Array.of(1, ...crypto.getRandomValues(new Uint8Array(72))),
+            publicKey: new Uint8Array(32),
+            evidence: { variant: "qemu-vtpm", document: new Uint8Array(64) },
+          };
+          switch (i % 3) {
+            case 0:
+              return create(IssueJoinTicketRequestSchema, { ...fields, diskUuid: `garbage-${i}` });
+            case 1:
+              return create(IssueJoinTicketRequestSchema, fields);
+            default:
+              return create(IssueJoinTicketRequestSchema, { ...fields, attestation: forgedNonce });
+          }
+        };
+        const reasons = new Map<string, number>();
+        for (let batch = 0; batch < 15; batch++) {
+          const calls = Array.from(
+            { length: 20 },
+            (_, i) => budgeted.client.issueJoinTicket(garbage(batch * 20 + i)),
+          );
+          for (const settled of await Promise.allSettled(calls)) {
+            assert.equal(settled.status, "rejected");
+          }
+        }
+        for (const entry of await auditLines(budgeted)) {
+          reasons.set(String(entry.reason), (reasons.get(String(entry.reason)) ?? 0) + 1);
+        }
+        assert.deepEqual(
+          Object.fromEntries(reasons),
+          { "malformed-request": 100, "evidence-missing": 100, "nonce-bad-mac": 100 },
+        );
+
+        for (const nodeName of ["worker-x", "worker-y", "worker-z"]) {
+          const { ticket } = await cluster.requestTicket({
+            diskUuid: crypto.randomUUID(),
+            nodeName,
+            service: budgeted,
+          });
+          assert.equal(ticket.stateDiskKey.length, 32, nodeName);
+        }
+        await assertRejected(
+          cluster,
+          () =>
+            cluster.requestTicket({ diskUuid: crypto.randomUUID(), nodeName: "worker-4", service: budgeted }),
+          Code.ResourceExhausted,
+          /global rate limit/,
+        );
+      } finally {
+        assert.equal((await budgeted.stop()).code, 0);
+      }
+    },
+  );
 
   await t.step(
     "rate limit: the third ticket of a peer within its burst of 2 is ResourceExhausted",

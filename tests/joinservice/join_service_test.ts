@@ -6,8 +6,7 @@
  * (one line per decision, no secret anywhere) and graceful shutdown.
  */
 import assert from "node:assert/strict";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { toHex } from "../../src/attestation/attestation.ts";
+import { Code } from "@connectrpc/connect";
 import { NONCE_KEY_ID } from "../../src/atls/nonce.ts";
 import { deriveKey } from "../../src/kms/hkdf.ts";
 import { dataKeyInfo } from "../../src/kms/keys.ts";
@@ -25,7 +24,10 @@ import {
   startJoinCluster,
   type TicketRequestOptions,
 } from "../support/join_cluster.ts";
+import { opensslVerify } from "../support/openssl.ts";
+import { privateKeyToPem } from "../support/pki.ts";
 import { sshKeygen } from "../support/ssh_keygen.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 const HOUR_MS = 3600_000;
 /** Slack for times the service took a moment before or after the test (and X.509's whole seconds). */
@@ -56,13 +58,13 @@ function secretSpellings(
   const spellings: string[] = [];
   if (ticket.token) spellings.push(ticket.token, ticket.token.split(".")[1]);
   for (const key of [ticket.stateDiskKey, ticket.measurementSecret]) {
-    spellings.push(toHex(key), key.toBase64(), key.toBase64().replace(/=+$/, ""));
+    spellings.push(key.toHex(), key.toBase64(), key.toBase64().replace(/=+$/, ""));
   }
   return spellings;
 }
 
 Deno.test("the join service process issues complete tickets and accounts for every decision", async (t) => {
-  await using cluster = await startJoinCluster();
+  await using cluster = await startJoinCluster({ controlPlaneKey: true });
   const seenSecrets: string[] = [];
   const decisions = { issued: 0, rejected: 0 };
   const ticket = async (options: TicketRequestOptions): Promise<OpenedJoinTicket> => {
@@ -93,10 +95,8 @@ Deno.test("the join service process issues complete tickets and accounts for eve
     assert.ok(san, "the certificate has a subjectAltName");
     assert.deepEqual(san.names.items.map((n) => [n.type, n.value]), ips.map((ip) => ["ip", ip]));
     const eku = cert.getExtension(x509.ExtendedKeyUsageExtension);
-    assert.deepEqual([...eku?.usages ?? []], [
-      x509.ExtendedKeyUsage.clientAuth,
-      x509.ExtendedKeyUsage.serverAuth,
-    ]);
+    assert.deepEqual([...eku?.usages ?? []], [x509.ExtendedKeyUsage.clientAuth]);
+    assert.equal(cert.getExtension(x509.KeyUsagesExtension)?.usages, x509.KeyUsageFlags.digitalSignature);
     assert.equal(cert.getExtension(x509.BasicConstraintsExtension)?.ca, false);
     assertAbout(cert.notBefore.getTime(), before - 2 * HOUR_MS, "notBefore");
     assertAbout(cert.notAfter.getTime(), now + 8760 * HOUR_MS, "notAfter");
@@ -123,7 +123,7 @@ Deno.test("the join service process issues complete tickets and accounts for eve
     const spki = new Uint8Array(cluster.clusterCa.cert.publicKey.rawData);
     assert.equal(
       worker.discoveryTokenCaCertHash,
-      `sha256:${toHex(new Uint8Array(await crypto.subtle.digest("SHA-256", spki)))}`,
+      `sha256:${new Uint8Array(await crypto.subtle.digest("SHA-256", spki)).toHex()}`,
     );
     const expected = await cluster.expectedKeys(diskUuid);
     assert.deepEqual(worker.stateDiskKey, expected.stateDiskKey);
@@ -164,6 +164,39 @@ Deno.test("the join service process issues complete tickets and accounts for eve
     assert.equal(worker.hostCertificate.length, 0);
     assert.equal(worker.authorizedCaPublicKey.length, 0);
   });
+
+  await t.step(
+    "the kubelet certificate is the node's identity at the API server, never a server's",
+    async () => {
+      const { ticket: worker, kubeletKeys } = await ticket({
+        diskUuid: crypto.randomUUID(),
+        nodeName: "worker-tls",
+        ips: ["10.0.0.8"],
+      });
+      const certPem = decoder.decode(worker.kubeletCert);
+      const caPem = cluster.clusterCa.certPem;
+      // OpenSSL's own purpose checks: a client certificate, refused as a TLS server's.
+      const asClient = await opensslVerify(caPem, certPem, "sslclient");
+      assert.equal(asClient.code, 0, asClient.output);
+      const asServer = await opensslVerify(caPem, certPem, "sslserver");
+      assert.notEqual(asServer.code, 0, "OpenSSL accepts the kubelet certificate for a TLS server");
+      assert.match(asServer.output, /unsuitable certificate purpose/);
+
+      // The API server (the fake, with real TLS client authentication) takes it as system:node:worker-tls.
+      const requests = cluster.apiServer.requests.length;
+      using client = Deno.createHttpClient({
+        caCerts: [caPem],
+        cert: certPem,
+        key: await privateKeyToPem(kubeletKeys.privateKey),
+      });
+      const response = await fetch(`${cluster.apiServer.url}${OBJECT_PATHS.configMap("absent")}`, { client });
+      await response.body?.cancel();
+      assert.equal(response.status, 404);
+      assert.deepEqual(cluster.apiServer.requests.slice(requests).map((r) => r.user), [
+        "system:node:worker-tls",
+      ]);
+    },
+  );
 
   await t.step("an upper-case disk UUID gets the key of the lower-case one", async () => {
     const diskUuid = crypto.randomUUID();
@@ -252,10 +285,11 @@ Deno.test("the join service process issues complete tickets and accounts for eve
           opened.stateDiskKey,
           (await cluster.expectedKeys(prepared.request.diskUuid)).stateDiskKey,
         );
-        const replay = await replica.client.issueJoinTicket(prepared.request).then(() => undefined, (e) => e);
-        assert.ok(replay instanceof ConnectError);
-        assert.equal(Code[replay.code], "PermissionDenied", replay.rawMessage);
-        assert.match(replay.rawMessage, /nonce-replayed/);
+        await expectConnectError(
+          replica.client.issueJoinTicket(prepared.request),
+          Code.PermissionDenied,
+          /nonce-replayed/,
+        );
       } finally {
         assert.equal((await replica.stop()).code, 0);
       }
@@ -356,7 +390,7 @@ Deno.test("the join service process issues complete tickets and accounts for eve
       await derived(SSH_CA_KEY_ID),
       await derived(NONCE_KEY_ID),
     ];
-    const spellings = [...seenSecrets, ...keys.flatMap((key) => [toHex(key), key.toBase64()])];
+    const spellings = [...seenSecrets, ...keys.flatMap((key) => [key.toHex(), key.toBase64()])];
     assert.ok(spellings.length >= 30);
     for (const secret of spellings) {
       assert.ok(!log.includes(secret), `the log contains a secret (${secret.length} chars)`);

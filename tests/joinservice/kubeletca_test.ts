@@ -1,40 +1,28 @@
 import assert from "node:assert/strict";
 import { AsnConvert } from "@peculiar/asn1-schema";
 import { Certificate } from "@peculiar/asn1-x509";
+import { encodePem } from "../../src/x509/pem.ts";
 import * as x509 from "../../src/x509/x509.ts";
+import { ManualClock } from "../support/manual_clock.ts";
+import { opensslOk, opensslVerify } from "../support/openssl.ts";
 import {
   KUBELET_CERT_VALIDITY_MS,
   type KubeletCa,
   KubeletCaError,
+  kubeletSigner,
   nodeNameFromCsr,
   parseKubeletCa,
   readKubeletCa,
   signKubeletCertificate,
 } from "../../src/joinservice/kubeletca.ts";
+import { parseCidr, parseIp } from "../../src/net/ip.ts";
+import { Rejection } from "../../src/rpc/rejection.ts";
 
 // --- helpers ---
 
-/** Runs openssl; returns stdout as text, throws with stderr on failure. */
+/** Runs openssl, which must succeed; returns its standard output as text. */
 async function openssl(args: string[], stdin?: string | Uint8Array): Promise<string> {
-  return new TextDecoder().decode(await opensslBytes(args, stdin));
-}
-
-/** Runs openssl; returns stdout, throws with stderr on failure. */
-async function opensslBytes(args: string[], stdin?: string | Uint8Array): Promise<Uint8Array<ArrayBuffer>> {
-  const child = new Deno.Command("openssl", {
-    args,
-    stdin: stdin === undefined ? "null" : "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  if (stdin !== undefined) {
-    const writer = child.stdin.getWriter();
-    await writer.write(typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin);
-    await writer.close();
-  }
-  const { code, stdout, stderr } = await child.output();
-  if (code !== 0) throw new Error(`openssl ${args.join(" ")} failed: ${new TextDecoder().decode(stderr)}`);
-  return stdout;
+  return new TextDecoder().decode(await opensslOk(args, stdin));
 }
 
 async function withTempDir<T>(fn: (dir: string) => Promise<T>): Promise<T> {
@@ -97,7 +85,7 @@ async function opensslNodeCsr(): Promise<Uint8Array<ArrayBuffer>> {
   const key = await openssl(["ecparam", "-name", "prime256v1", "-genkey", "-noout"]);
   const subject = "/O=system:nodes/CN=system:node:worker-1";
   const altNames = "subjectAltName=IP:10.0.0.1,IP:fd00::1";
-  return await opensslBytes(
+  return await opensslOk(
     ["req", "-new", "-key", "/dev/stdin", "-subj", subject, "-addext", altNames, "-outform", "DER"],
     key,
   );
@@ -130,7 +118,7 @@ async function makeCsr(options: CsrOptions = {}): Promise<Uint8Array<ArrayBuffer
   return new Uint8Array(csr.rawData);
 }
 
-const fixedClock = { now: () => Date.UTC(2024, 4, 1, 12, 0, 0) };
+const fixedClock = new ManualClock(Date.UTC(2024, 4, 1, 12, 0, 0));
 
 async function signOk(
   csr: Uint8Array,
@@ -142,7 +130,7 @@ async function signOk(
 
 async function assertCaError(
   promise: Promise<unknown>,
-  code: KubeletCaError["code"],
+  reason: KubeletCaError["reason"],
   message: string | RegExp,
 ): Promise<KubeletCaError> {
   let caught: unknown;
@@ -152,7 +140,7 @@ async function assertCaError(
     caught = error;
   }
   assert.ok(caught instanceof KubeletCaError, `expected a KubeletCaError, got ${caught}`);
-  assert.equal(caught.code, code, caught.message);
+  assert.equal(caught.reason, reason, caught.message);
   if (typeof message === "string") assert.equal(caught.message, message);
   else assert.match(caught.message, message);
   return caught;
@@ -165,7 +153,7 @@ function pemBodyLines(pem: string): string[] {
 
 // --- loading the CA and signing ---
 
-Deno.test("signs a node CSR with EC and RSA CAs in every key format; openssl verifies the result", async () => {
+Deno.test("signs a node CSR with EC and RSA CAs in every key format; openssl takes it as a client certificate only", async () => {
   const csr = await opensslNodeCsr();
   for (const fixture of caFixtures) {
     const ca = await parseKubeletCa(fixture.cert, fixture.key);
@@ -174,21 +162,14 @@ Deno.test("signs a node CSR with EC and RSA CAs in every key format; openssl ver
     const certificate = new x509.X509Certificate(pem);
     const signatureOid = AsnConvert.parse(certificate.rawData, Certificate).signatureAlgorithm.algorithm;
     assert.equal(signatureOid, fixture.signatureOid, fixture.label);
-    await withTempDir(async (dir) => {
-      await Deno.writeTextFile(`${dir}/ca.crt`, fixture.cert);
-      await Deno.writeTextFile(`${dir}/kubelet.crt`, pem);
-      for (const purpose of ["sslclient", "sslserver"]) {
-        const out = await openssl([
-          "verify",
-          "-purpose",
-          purpose,
-          "-CAfile",
-          `${dir}/ca.crt`,
-          `${dir}/kubelet.crt`,
-        ]);
-        assert.equal(out.trim(), `${dir}/kubelet.crt: OK`, `${fixture.label} ${purpose}`);
-      }
-    });
+    const asClient = await opensslVerify(fixture.cert, pem, "sslclient");
+    assert.equal(asClient.code, 0, `${fixture.label}: ${asClient.output}`);
+    const asServer = await opensslVerify(fixture.cert, pem, "sslserver");
+    assert.match(
+      asServer.output,
+      /unsuitable certificate purpose/,
+      `${fixture.label}: never a server certificate`,
+    );
   }
 });
 
@@ -220,9 +201,9 @@ Deno.test("the kubelet certificate has exactly the kubelet fields", async () => 
   ]);
   const keyUsage = certificate.getExtension(x509.KeyUsagesExtension)!;
   assert.equal(keyUsage.critical, true);
-  assert.equal(keyUsage.usages, x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment);
+  assert.equal(keyUsage.usages, x509.KeyUsageFlags.digitalSignature);
   const extKeyUsage = certificate.getExtension(x509.ExtendedKeyUsageExtension)!;
-  assert.deepEqual(Array.from(extKeyUsage.usages), ["1.3.6.1.5.5.7.3.2", "1.3.6.1.5.5.7.3.1"]); // clientAuth, serverAuth
+  assert.deepEqual(Array.from(extKeyUsage.usages), ["1.3.6.1.5.5.7.3.2"]); // clientAuth only
   const basicConstraints = certificate.getExtension(x509.BasicConstraintsExtension)!;
   assert.equal(basicConstraints.critical, true);
   assert.equal(basicConstraints.ca, false);
@@ -256,9 +237,9 @@ Deno.test("the kubelet certificate has exactly the kubelet fields", async () => 
     [
       "subject=O = system:nodes, CN = system:node:worker-1",
       "X509v3 Key Usage: critical",
-      "    Digital Signature, Key Encipherment",
+      "    Digital Signature",
       "X509v3 Extended Key Usage: ",
-      "    TLS Web Client Authentication, TLS Web Server Authentication",
+      "    TLS Web Client Authentication",
       "X509v3 Basic Constraints: critical",
       "    CA:FALSE",
       "X509v3 Subject Alternative Name: ",
@@ -281,10 +262,7 @@ Deno.test("a CA without a subject key identifier and a CSR without SANs give a c
     signingAlgorithm: { name: "ECDSA", hash: "SHA-256" },
     extensions: [new x509.BasicConstraintsExtension(true, undefined, true)],
   });
-  const keyPem = x509.PemConverter.encode(
-    await crypto.subtle.exportKey("pkcs8", keys.privateKey),
-    "PRIVATE KEY",
-  );
+  const keyPem = encodePem(await crypto.subtle.exportKey("pkcs8", keys.privateKey), "PRIVATE KEY");
   const ca = await parseKubeletCa(caCert.toString("pem"), keyPem);
   const certificate = await signOk(await makeCsr({ extensions: [] }), ca);
   assert.deepEqual(Array.from(certificate.extensions, (e) => e.type), [
@@ -356,8 +334,8 @@ Deno.test("malformed, unsupported and mismatched CA keys give clear errors witho
   const sec1 = x509.PemConverter.decodeFirst(ecSec1);
   const zeroScalar = new Uint8Array(sec1.slice(0));
   zeroScalar.fill(0, 7, 39); // 30 77 02 01 01 04 20 <32-byte scalar>
-  const zeroScalarPem = x509.PemConverter.encode(zeroScalar, "EC PRIVATE KEY");
-  const cases: [string, string, string, KubeletCaError["code"], string | RegExp][] = [
+  const zeroScalarPem = encodePem(zeroScalar, "EC PRIVATE KEY");
+  const cases: [string, string, string, KubeletCaError["reason"], string | RegExp][] = [
     ["no PEM block", ecCert, "just text", "ca-key-invalid", "no PEM data found in ca.key"],
     ["empty key file", ecCert, "", "ca-key-invalid", "no PEM data found in ca.key"],
     [
@@ -421,7 +399,7 @@ Deno.test("malformed, unsupported and mismatched CA keys give clear errors witho
       ecCert,
       zeroScalarPem,
       "ca-key-invalid",
-      "ca.key: the CA key is not a valid key",
+      "ca.key: the key cannot sign (not a valid key)",
     ],
     [
       "a key labelled with the wrong PEM type",
@@ -456,21 +434,21 @@ Deno.test("malformed, unsupported and mismatched CA keys give clear errors witho
       ecCert,
       otherEc,
       "ca-key-mismatch",
-      "CA key does not match CA certificate (ca.key, ca.crt)",
+      "private key ca.key does not match certificate ca.crt",
     ],
     [
       "an RSA key for an EC certificate",
       ecCert,
       rsaPkcs1,
       "ca-key-mismatch",
-      /^CA key does not match CA certificate/,
+      /^private key ca\.key does not match certificate ca\.crt$/,
     ],
     [
       "an EC key for an RSA certificate",
       rsaCert,
       ecSec1,
       "ca-key-mismatch",
-      /^CA key does not match CA certificate/,
+      /^private key ca\.key does not match certificate ca\.crt$/,
     ],
   ];
   for (const [label, cert, key, code, message] of cases) {
@@ -642,7 +620,7 @@ Deno.test("malformed and badly signed CSRs are rejected", async () => {
   const at = new TextDecoder("latin1").decode(tampered).indexOf("worker-1") + "worker-".length;
   tampered[at] = "2".charCodeAt(0);
   const certificateDer = new Uint8Array(ecCa.certificate.rawData);
-  const cases: [string, Uint8Array, KubeletCaError["code"], string][] = [
+  const cases: [string, Uint8Array, KubeletCaError["reason"], string][] = [
     ["bad signature", tampered, "csr-signature-invalid", "certificate request signature is invalid"],
     ["empty", new Uint8Array(), "csr-malformed", "certificate request is empty"],
     [
@@ -653,7 +631,7 @@ Deno.test("malformed and badly signed CSRs are rejected", async () => {
     ],
     [
       "PEM instead of DER",
-      new TextEncoder().encode(x509.PemConverter.encode(valid, "CERTIFICATE REQUEST")),
+      new TextEncoder().encode(encodePem(valid, "CERTIFICATE REQUEST")),
       "csr-malformed",
       "certificate request is not a DER-encoded PKCS#10 request",
     ],
@@ -703,4 +681,77 @@ Deno.test("nodeNameFromCsr returns the name after system:node: without checking 
     () => nodeNameFromCsr(new Uint8Array([1, 2, 3])),
     new KubeletCaError("csr-malformed", "certificate request is not a DER-encoded PKCS#10 request"),
   );
+});
+
+Deno.test("CSRs asking for loopback, unspecified or the cluster's reserved addresses are rejected", async () => {
+  const reservedAddresses = [
+    { address: parseIp("10.0.0.1")!, what: "the API server endpoint's address" },
+    { address: parseIp("10.96.0.1")!, what: "the first address of the service network" },
+  ];
+  const cases: [string, string][] = [
+    ["10.0.0.1", "certificate request may not contain 10.0.0.1, the API server endpoint's address"],
+    ["10.96.0.1", "certificate request may not contain 10.96.0.1, the first address of the service network"],
+    [
+      "::ffff:a60:1", // ::ffff:10.96.0.1 (the CSR generator mis-encodes that spelling)
+      "certificate request may not contain ::ffff:a60:1, the first address of the service network",
+    ],
+    ["127.0.0.1", "certificate request may not contain the loopback or unspecified address 127.0.0.1"],
+    ["127.1.2.3", "certificate request may not contain the loopback or unspecified address 127.1.2.3"],
+    ["::1", "certificate request may not contain the loopback or unspecified address ::1"],
+    ["0.0.0.0", "certificate request may not contain the loopback or unspecified address 0.0.0.0"],
+    ["::", "certificate request may not contain the loopback or unspecified address ::"],
+  ];
+  for (const [ip, message] of cases) {
+    const csr = await makeCsr({ altNames: [{ type: "ip", value: "10.0.0.7" }, { type: "ip", value: ip }] });
+    await assertCaError(
+      signKubeletCertificate(csr, ecCa, { clock: fixedClock, reservedAddresses }),
+      "csr-rejected",
+      message,
+    );
+  }
+  const allowed = await makeCsr({
+    altNames: [{ type: "ip", value: "10.0.0.7" }, { type: "ip", value: "10.96.0.2" }],
+  });
+  await signKubeletCertificate(allowed, ecCa, { clock: fixedClock, reservedAddresses });
+});
+
+Deno.test("the join service's signer refuses the endpoint it hands out and the service network's first address", async () => {
+  await withTempDir(async (dir) => {
+    await Deno.writeTextFile(`${dir}/ca.crt`, ecCert);
+    await Deno.writeTextFile(`${dir}/ca.key`, ecSec1);
+    let endpoint = "192.168.7.1:6443";
+    const signer = kubeletSigner({
+      pkiDir: dir,
+      clock: fixedClock,
+      serviceNetwork: parseCidr("172.20.0.0/16")!,
+      apiServerEndpoint: { current: () => Promise.resolve(endpoint) },
+    });
+    const ask = async (ip: string) => {
+      const csr = await makeCsr({ altNames: [{ type: "ip", value: ip }] });
+      return await signer.sign(csr, {}).then((signed) => signed.nodeName, (error: unknown) => error);
+    };
+    const refused = async (ip: string, message: RegExp) => {
+      const error = await ask(ip);
+      assert.ok(error instanceof Rejection, `${ip}: want a rejection, got ${error}`);
+      assert.equal(error.reason, "csr-rejected");
+      assert.match(error.message, message);
+    };
+    await refused(
+      "192.168.7.1",
+      /^certificate request rejected: .* 192\.168\.7\.1, the API server endpoint's address$/,
+    );
+    await refused("172.20.0.1", /172\.20\.0\.1, the first address of the service network/);
+    assert.equal(await ask("10.96.0.1"), "worker-1", "only the configured service network is reserved");
+    endpoint = "[fd00::6]:6443";
+    await refused("fd00::6", /fd00::6, the API server endpoint's address$/);
+    assert.equal(await ask("192.168.7.1"), "worker-1", "the endpoint in force is what counts");
+    endpoint = "api.cluster.example:6443";
+    assert.equal(await ask("192.168.7.1"), "worker-1", "a host name endpoint reserves no address");
+
+    await Deno.writeTextFile(`${dir}/ca.key`, "not a key");
+    const broken = await ask("10.0.0.7");
+    assert.ok(broken instanceof Rejection);
+    assert.equal(broken.reason, "misconfigured");
+    assert.match(broken.message, /^cluster CA unusable: no PEM data found in .*\/ca\.key$/);
+  });
 });

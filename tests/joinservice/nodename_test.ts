@@ -18,7 +18,7 @@ Deno.test("k8sCompliantHostname accepts names with dots (deliberate fix)", () =>
 });
 
 Deno.test("k8sCompliantHostname rejects names that are not DNS-1123 subdomains", () => {
-  const cases: [string, NodeNameError["code"], string][] = [
+  const cases: [string, NodeNameError["reason"], string][] = [
     ["", "empty", `failed to generate a Kubernetes compliant hostname for "": the name is empty`],
     ["test_node_", "invalid", `failed to generate a Kubernetes compliant hostname for "test_node_": `],
     ["-node", "invalid", "must consist of dot-separated labels"],
@@ -30,10 +30,10 @@ Deno.test("k8sCompliantHostname rejects names that are not DNS-1123 subdomains",
     ["nöde", "invalid", `character "ö" is not allowed`],
     ["a".repeat(254), "too-long", "254 characters is longer than 253"],
   ];
-  for (const [name, code, message] of cases) {
+  for (const [name, reason, message] of cases) {
     assert.throws(() => k8sCompliantHostname(name), (error) => {
       assert.ok(error instanceof NodeNameError, name);
-      assert.equal(error.code, code, name);
+      assert.equal(error.reason, reason, name);
       assert.ok(error.message.includes(message), `${name}: ${error.message}`);
       return true;
     });

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  checkHostPrincipals,
   MAX_SSH_PRINCIPALS,
   SSH_CA_KEY_ID,
   SSH_CA_SEED_LENGTH,
@@ -7,6 +8,7 @@ import {
   SshCaError,
   sshPublicKeyFromAuthorizedKey,
 } from "../../src/joinservice/sshca.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 import { sshKeygen } from "../support/ssh_keygen.ts";
 
 async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
@@ -53,7 +55,7 @@ function fingerprintOf(line: string): string {
   return line.split(" ")[1];
 }
 
-const clock = { now: () => Date.UTC(2024, 4, 1, 12, 0, 0, 500) };
+const clock = new ManualClock(Date.UTC(2024, 4, 1, 12, 0, 0, 500));
 
 Deno.test("the CA key is the Ed25519 key of the seed (RFC 8032 test vector 1)", async () => {
   assert.equal(SSH_CA_KEY_ID, "ca_emergency_ssh");
@@ -172,7 +174,7 @@ Deno.test("unsupported and malformed host keys are rejected with clear errors", 
   const notOnCurve = validPoint.slice();
   notOnCurve[64] ^= 1;
   const ed = wire("ssh-ed25519", new Uint8Array(32));
-  const cases: [string, Uint8Array, SshCaError["code"], string][] = [
+  const cases: [string, Uint8Array, SshCaError["reason"], string][] = [
     [
       "RSA key",
       wire("ssh-rsa", Uint8Array.of(1, 0, 1), new Uint8Array(256)),
@@ -229,10 +231,10 @@ Deno.test("unsupported and malformed host keys are rejected with clear errors", 
       "SSH host public key is malformed: key type is not UTF-8",
     ],
   ];
-  for (const [label, key, code, message] of cases) {
+  for (const [label, key, reason, message] of cases) {
     await assert.rejects(
       ca.signHostCertificate(key, ["node"], { clock }),
-      new SshCaError(code, message),
+      new SshCaError(reason, message),
       label,
     );
   }
@@ -240,7 +242,7 @@ Deno.test("unsupported and malformed host keys are rejected with clear errors", 
   await ca.signHostCertificate(wire("ecdsa-sha2-nistp256", "nistp256", validPoint), ["node"], { clock });
 });
 
-Deno.test("principals must be present, non-empty and without whitespace", async () => {
+Deno.test("principals must be present, non-empty, and name one host: no whitespace or pattern characters", async () => {
   const ca = await SshCa.fromSeed(new Uint8Array(32));
   const key = wire("ssh-ed25519", new Uint8Array(32));
   const cases: [string[], string][] = [
@@ -255,13 +257,21 @@ Deno.test("principals must be present, non-empty and without whitespace", async 
       Array.from({ length: MAX_SSH_PRINCIPALS + 1 }, (_, i) => `n${i}`),
       "an SSH host certificate may have at most 256 principals, got 257",
     ],
+    ...["*", "*.example.com", "node-?", "!node-1", "node-1,node-2"].map((principal): [string[], string] => [
+      ["node-1", principal],
+      `SSH host certificate principal ${JSON.stringify(principal)} contains the pattern character ${
+        JSON.stringify(/[*?!,]/.exec(principal)![0])
+      }; principals must name one host`,
+    ]),
   ];
   for (const [principals, message] of cases) {
     await assert.rejects(
       ca.signHostCertificate(key, principals, { clock }),
       new SshCaError("invalid-principals", message),
     );
+    assert.throws(() => checkHostPrincipals(principals), new SshCaError("invalid-principals", message));
   }
+  checkHostPrincipals(["node-1.cluster.local", "10.0.0.7", "fd00::7", "node_1"]);
 });
 
 Deno.test("sshPublicKeyFromAuthorizedKey checks the line", () => {

@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { toHex } from "../../src/attestation/attestation.ts";
 import { createKeyServiceClient, isRetryableKeyServiceError } from "../../src/keyservice/client.ts";
 import type { DataKeySource } from "../../src/keyservice/server.ts";
-import { ClusterKMS } from "../../src/kms/cluster_kms.ts";
+import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { HKDF_ZERO } from "../kms/vectors.ts";
 import { withKeyService } from "./in_process_server.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
 
@@ -14,22 +14,19 @@ async function assertConnectError(
   code: Code,
   retryable: boolean,
 ): Promise<ConnectError> {
-  let caught: unknown;
-  await assert.rejects(call, (err) => (caught = err, true));
-  assert.ok(caught instanceof ConnectError, String(caught));
-  assert.equal(caught.code, code, caught.message);
+  const caught = await expectConnectError(call, code);
   assert.equal(isRetryableKeyServiceError(caught), retryable);
   return caught;
 }
 
 /** A KMS whose answers wait until `release()`. */
 function gatedKms(): DataKeySource & { release(): void } {
-  const kms = new ClusterKMS(HKDF_ZERO.secret, HKDF_ZERO.salt);
+  const kms = new ClusterKms(HKDF_ZERO.secret, HKDF_ZERO.salt);
   const gate = Promise.withResolvers<void>();
   return {
-    getDEK: async (id, length) => {
+    getDek: async (id, length) => {
       await gate.promise;
-      return kms.getDEK(id, length);
+      return kms.getDek(id, length);
     },
     release: () => gate.resolve(),
   };
@@ -90,16 +87,16 @@ Deno.test("getDataKey() stops when its signal aborts, with Canceled (not retryab
 });
 
 Deno.test("getDataKey() passes InvalidArgument through (not retryable) and works again after", async () => {
-  await withKeyService(new ClusterKMS(HKDF_ZERO.secret, HKDF_ZERO.salt), async (endpoint) => {
+  await withKeyService(new ClusterKms(HKDF_ZERO.secret, HKDF_ZERO.salt), async (endpoint) => {
     using client = createKeyServiceClient({ endpoint });
     const err = await assertConnectError(client.getDataKey(ZERO_UUID, 0), Code.InvalidArgument, false);
     assert.equal(err.rawMessage, "can't derive key with length zero");
-    assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
+    assert.equal((await client.getDataKey(ZERO_UUID, 32)).toHex(), HKDF_ZERO.output);
   });
 });
 
 Deno.test("getDataKey() rejects a key of the wrong length as Internal", async () => {
-  const wrongLength: DataKeySource = { getDEK: () => Promise.resolve(new Uint8Array(5)) };
+  const wrongLength: DataKeySource = { getDek: () => Promise.resolve(new Uint8Array(5)) };
   await withKeyService(wrongLength, async (endpoint) => {
     using client = createKeyServiceClient({ endpoint });
     const err = await assertConnectError(client.getDataKey(ZERO_UUID, 32), Code.Internal, false);

@@ -48,6 +48,9 @@ Deno.test("parseKeyServiceFlags() reads every flag, in both --flag value and --f
   assert.match(KEY_SERVICE_USAGE, /--master-secret <file>/);
 });
 
+const LISTEN_ADDRESS_ERROR = (value: string) =>
+  `invalid --listen-address "${value}": want an IP address, e.g. 0.0.0.0, 127.0.0.1 or ::`;
+
 Deno.test("parseKeyServiceFlags() rejects a bad command line with a one-line message", () => {
   const cases: [string[], string][] = [
     [["--bogus"], "unknown flag --bogus"],
@@ -56,11 +59,30 @@ Deno.test("parseKeyServiceFlags() rejects a bad command line with a one-line mes
     [["--port"], "flag --port needs a value"],
     [["--port", "70000"], 'invalid --port "70000": want a number from 0 to 65535'],
     [["--port=-1"], 'invalid --port "-1": want a number from 0 to 65535'],
-    [["--port", "-1"], 'flag --port needs a value (write --port=<value> for one starting with "-")'],
+    [["--port", "-1"], 'invalid --port "-1": want a number from 0 to 65535'],
+    [["--port", "-0.5"], 'invalid --port "-0.5": want a number from 0 to 65535'],
+    [["--salt", "-x"], 'flag --salt needs a value (write --salt=<value> for one starting with "-")'],
+    [["--port", "--", "-1"], 'flag --port needs a value (write --port=<value> for one starting with "-")'],
     [["--port", "90a"], 'invalid --port "90a": want a number from 0 to 65535'],
     [["--log-level", "trace"], 'invalid log level "trace": want one of debug, info, warn, error'],
     [["--salt="], "--salt must not be empty"],
+    [["--listen-address", "nonsense"], LISTEN_ADDRESS_ERROR("nonsense")],
+    [["--listen-address", "999.1.1.1"], LISTEN_ADDRESS_ERROR("999.1.1.1")],
+    [["--listen-address", "[::1]"], LISTEN_ADDRESS_ERROR("[::1]")],
+    [["--listen-address="], LISTEN_ADDRESS_ERROR("")],
   ];
+  // Every numeric flag says what is wrong with a negative number ("--flag -1" is not "--flag" without a value).
+  for (
+    const flag of [
+      "--max-connections",
+      "--max-connections-per-peer",
+      "--max-streams-per-connection",
+      "--idle-timeout",
+      "--request-timeout",
+    ]
+  ) {
+    cases.push([[flag, "-1"], `invalid ${flag} "-1": want a positive number`]);
+  }
   for (const [args, message] of cases) {
     assert.throws(() => parseKeyServiceFlags(args), (err) => {
       assert.ok(err instanceof UsageError, `${args}: ${err}`);

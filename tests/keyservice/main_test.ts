@@ -6,8 +6,7 @@
 import assert from "node:assert/strict";
 import * as http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { toHex } from "../../src/attestation/attestation.ts";
+import { Code, createClient } from "@connectrpc/connect";
 import {
   API,
   GetDataKeyRequestSchema,
@@ -17,7 +16,7 @@ import {
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { connectRpc, type RpcProtocol } from "../../src/rpc/client.ts";
 import { guardHttp2Teardown } from "../../src/rpc/http2_guard.ts";
-import { deriveClusterID } from "../../src/kms/keys.ts";
+import { deriveClusterId } from "../../src/kms/keys.ts";
 import { runToExit } from "../support/process.ts";
 import {
   CHAINED_EXAMPLE,
@@ -33,6 +32,7 @@ import {
   startKeyService,
   writeSecrets,
 } from "./key_service_process.ts";
+import { expectConnectError } from "../support/connect_error.ts";
 
 const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
 
@@ -64,12 +64,7 @@ async function callWith(
 }
 
 async function assertInvalidArgument(call: Promise<unknown>, message: string) {
-  await assert.rejects(call, (err) => {
-    assert.ok(err instanceof ConnectError, String(err));
-    assert.equal(err.code, Code.InvalidArgument);
-    assert.equal(err.rawMessage, message);
-    return true;
-  });
+  await expectConnectError(call, Code.InvalidArgument, message);
 }
 
 const TOO_LONG = "can't derive key with length 8161: the maximum is 8160 bytes";
@@ -88,7 +83,7 @@ Deno.test("the key service process serves the HKDFZero disk key to every client"
 
     await t.step("gRPC (the typed client)", async () => {
       using client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 5000 });
-      assert.equal(toHex(await client.getDataKey(ZERO_UUID, 32)), HKDF_ZERO.output);
+      assert.equal((await client.getDataKey(ZERO_UUID, 32)).toHex(), HKDF_ZERO.output);
       await assertInvalidArgument(client.getDataKey(ZERO_UUID, 0), "can't derive key with length zero");
       await assertInvalidArgument(client.getDataKey("", 32), "no data key ID specified");
       await assertInvalidArgument(client.getDataKey(ZERO_UUID, 8161), TOO_LONG);
@@ -96,7 +91,7 @@ Deno.test("the key service process serves the HKDFZero disk key to every client"
 
     await t.step("the Connect protocol and gRPC-Web over HTTP/2", async () => {
       for (const protocol of ["connect", "grpc-web"] as const) {
-        assert.equal(toHex(await callWith(protocol, port, ZERO_UUID, 32)), HKDF_ZERO.output);
+        assert.equal((await callWith(protocol, port, ZERO_UUID, 32)).toHex(), HKDF_ZERO.output);
         await assertInvalidArgument(
           callWith(protocol, port, ZERO_UUID, 0),
           "can't derive key with length zero",
@@ -111,7 +106,7 @@ Deno.test("the key service process serves the HKDFZero disk key to every client"
         const ok = await bufCurl(port, protocol, { dataKeyId: ZERO_UUID, length: 32 });
         assert.equal(ok.code, 0, ok.stderrLines.join("\n"));
         const { dataKey } = JSON.parse(ok.stdoutLines.join("\n"));
-        assert.equal(toHex(Uint8Array.fromBase64(dataKey)), HKDF_ZERO.output);
+        assert.equal(Uint8Array.fromBase64(dataKey).toHex(), HKDF_ZERO.output);
 
         for (
           const [request, message] of [
@@ -136,7 +131,7 @@ Deno.test("the key service process serves the HKDFZero disk key to every client"
       const calls = stderrLines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === "GetDataKey");
       assert.ok(calls.length >= 20, `${calls.length} call lines`);
       assert.ok(
-        calls.some((entry) => entry.keyID === ZERO_UUID && entry.length === 32 && entry.level === "debug"),
+        calls.some((entry) => entry.keyId === ZERO_UUID && entry.length === 32 && entry.level === "debug"),
       );
       const key = fromHex(HKDF_ZERO.output);
       for (const line of stderrLines) {
@@ -155,7 +150,7 @@ Deno.test("the key service process derives every test vector", async (t) => {
       const keyService = await startKeyService({ masterSecret: vector.secret, salt: vector.salt });
       try {
         using client = createKeyServiceClient({ endpoint: `127.0.0.1:${keyService.service.port}` });
-        assert.equal(toHex(await client.getDataKey(idOf(vector), vector.length)), vector.output);
+        assert.equal((await client.getDataKey(idOf(vector), vector.length)).toHex(), vector.output);
       } finally {
         assert.equal((await keyService.close()).code, 0);
       }
@@ -168,10 +163,10 @@ Deno.test("the key service process derives every test vector", async (t) => {
     try {
       using client = createKeyServiceClient({ endpoint: `127.0.0.1:${keyService.service.port}` });
       const measurementSecret = await client.getDataKey("measurementSecret", 32);
-      assert.equal(toHex(measurementSecret), CHAINED_EXAMPLE.measurementSecret);
-      const clusterID = await deriveClusterID(measurementSecret, CHAINED_EXAMPLE.measurementSalt);
-      assert.equal(toHex(clusterID), CHAINED_EXAMPLE.clusterID);
-      assert.equal(toHex(await client.getDataKey(CHAINED_EXAMPLE.diskUUID, 32)), CHAINED_EXAMPLE.diskKey);
+      assert.equal(measurementSecret.toHex(), CHAINED_EXAMPLE.measurementSecret);
+      const clusterId = await deriveClusterId(measurementSecret, CHAINED_EXAMPLE.measurementSalt);
+      assert.equal(clusterId.toHex(), CHAINED_EXAMPLE.clusterId);
+      assert.equal((await client.getDataKey(CHAINED_EXAMPLE.diskUuid, 32)).toHex(), CHAINED_EXAMPLE.diskKey);
     } finally {
       assert.equal((await keyService.close()).code, 0);
     }
@@ -243,12 +238,23 @@ Deno.test("the key service process refuses to start without usable secrets, in o
 });
 
 Deno.test("the key service process rejects a bad command line with status 2 and explains --help", async () => {
-  const [unknown, help] = await Promise.all([
+  const [unknown, negativePort, badAddress, help] = await Promise.all([
     runKeyServiceToExit([], ["--verbose"]),
+    runKeyServiceToExit([], ["--port", "-1"]),
+    runKeyServiceToExit([], ["--listen-address", "nonsense"]),
     runKeyServiceToExit([], ["--help"]),
   ]);
   assert.equal(unknown.code, 2);
   assert.deepEqual(unknown.stderrLines, ["key-service: unknown flag --verbose (see --help)"]);
+  assert.equal(negativePort.code, 2);
+  assert.deepEqual(negativePort.stderrLines, [
+    'key-service: invalid --port "-1": want a number from 0 to 65535 (see --help)',
+  ]);
+  // Not a permission problem: the address is refused before anything asks for permission to bind it.
+  assert.equal(badAddress.code, 2);
+  assert.deepEqual(badAddress.stderrLines, [
+    'key-service: invalid --listen-address "nonsense": want an IP address, e.g. 0.0.0.0, 127.0.0.1 or :: (see --help)',
+  ]);
   assert.equal(help.code, 0);
   assert.match(help.stdoutLines.join("\n"), /^Usage: key-service \[flags\]/);
   assert.deepEqual(help.stderrLines, []);
@@ -271,7 +277,7 @@ Deno.test("the key service process finishes a call in flight on SIGTERM, then ex
     const probe = startGrpcCall(session, ZERO_UUID);
     calls.push(probe);
     probe.stream.end(probe.frame);
-    assert.equal(toHex((await probe.response).dataKey), HKDF_ZERO.output);
+    assert.equal((await probe.response).dataKey.toHex(), HKDF_ZERO.output);
 
     const exited = service.stop("SIGTERM");
     await service.waitForLine(/"msg":"shutting down"/, 5000);
@@ -281,7 +287,7 @@ Deno.test("the key service process finishes a call in flight on SIGTERM, then ex
 
     const log = service.stderrLines.map((line) => JSON.parse(line));
     // The probe ran before the signal; the in-flight call completed after it, before the stop.
-    assert.deepEqual(log.slice(-4).map((entry) => [entry.msg, entry.keyID ?? null]), [
+    assert.deepEqual(log.slice(-4).map((entry) => [entry.msg, entry.keyId ?? null]), [
       ["GetDataKey", ZERO_UUID],
       ["shutting down", null],
       ["GetDataKey", "in-flight"],

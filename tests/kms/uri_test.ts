@@ -1,14 +1,14 @@
 import assert from "node:assert/strict";
-import { KmsError, type KmsErrorCode } from "../../src/kms/errors.ts";
+import { KmsError, type KmsFailure } from "../../src/kms/errors.ts";
 import { encodeMasterSecretUri, parseKmsUri, parseStorageUri } from "../../src/kms/uri.ts";
 import { CHAINED_EXAMPLE } from "./vectors.ts";
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
 
-function assertKmsError(fn: () => unknown, code: KmsErrorCode, message: string | RegExp) {
+function assertKmsError(fn: () => unknown, reason: KmsFailure, message: string | RegExp) {
   assert.throws(fn, (err) => {
     assert.ok(err instanceof KmsError, `want a KmsError, got ${err}`);
-    assert.equal(err.code, code);
+    assert.equal(err.reason, reason);
     if (typeof message === "string") assert.equal(err.message, message);
     else assert.match(err.message, message);
     return true;

@@ -123,7 +123,7 @@ export const CHAINED_EXAMPLE = {
     "&salt=ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=",
   measurementSecret: "ea7fedd14f5a29b1b8545592fc20bfdae06918e4ff447b1a0b8e4f3356005bda",
   measurementSalt: new Uint8Array(32).fill(0xaa),
-  clusterID: "2e2fba922b51075708bf5044e2f82169990d755b41fc868db0f1e0b44aa1092d",
-  diskUUID: "0123abcd-0000-4000-8000-00000000cafe",
+  clusterId: "2e2fba922b51075708bf5044e2f82169990d755b41fc868db0f1e0b44aa1092d",
+  diskUuid: "0123abcd-0000-4000-8000-00000000cafe",
   diskKey: "cd38fc179a5154a9bd738351a8d0469a30c9edd57f9d8a31bc0153926daeadb1",
 } as const;

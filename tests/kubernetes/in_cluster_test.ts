@@ -1,17 +1,12 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type { Clock } from "../../src/clock.ts";
 import { inClusterConfig } from "../../src/kubernetes/in_cluster.ts";
 import { KubeconfigError } from "../../src/kubernetes/kubeconfig.ts";
 import { fileTokenSource } from "../../src/kubernetes/token.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 import { createTestCa } from "../support/pki.ts";
 
 const ca = await createTestCa("CN=kubernetes");
-
-function manualClock(start = 1_700_000_000_000): Clock & { advance(ms: number): void } {
-  let now = start;
-  return { now: () => now, advance: (ms) => now += ms };
-}
 
 /** A service-account directory in a temporary folder. */
 async function serviceAccountDir(files: Record<string, string>): Promise<string> {
@@ -55,7 +50,7 @@ Deno.test("inClusterConfig: an IPv6 service host is bracketed; no namespace file
 
 Deno.test("inClusterConfig: the rotated token is picked up after the refresh period", async () => {
   const dir = await serviceAccountDir({ "ca.crt": ca.certPem, token: "token-1" });
-  const clock = manualClock();
+  const clock = new ManualClock(1_700_000_000_000);
   try {
     const connection = await inClusterConfig({
       env: podEnv({ KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" }),
@@ -105,7 +100,7 @@ Deno.test("inClusterConfig: missing environment or mount gives clear errors", as
 });
 
 Deno.test("fileTokenSource: a failed re-read keeps the previous token until the next period", async () => {
-  const clock = manualClock();
+  const clock = new ManualClock(1_700_000_000_000);
   const files = new Map([["/token", "old"]]);
   let reads = 0;
   const source = fileTokenSource("/token", {

@@ -1,60 +1,64 @@
 import assert from "node:assert/strict";
-import { RateLimiter } from "../../src/limits/ratelimiter.ts";
+import { PeerRateLimiter, TokenBucket } from "../../src/limits/ratelimiter.ts";
 import { PoolFullError, WorkPool } from "../../src/limits/pool.ts";
 import { ByteBudget } from "../../src/limits/byte_budget.ts";
+import { PeerSlots } from "../../src/limits/peer_slots.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 
-function manualClock(start = 0) {
-  let now = start;
-  return { now: () => now, advance: (ms: number) => (now += ms) };
-}
-
-Deno.test("rate limiter refuses a peer over its burst and refills over time", () => {
-  const clock = manualClock();
-  const limiter = new RateLimiter({
-    global: { perSecond: 100, burst: 100 },
-    perPeer: { perSecond: 2, burst: 3 },
-    clock,
-  });
-  assert.deepEqual([limiter.take("a"), limiter.take("a"), limiter.take("a")], [null, null, null]);
-  assert.equal(limiter.take("a"), "peer");
-  assert.equal(limiter.take("b"), null, "another peer is unaffected");
+Deno.test("a token bucket refuses over its burst and refills over time", () => {
+  const clock = new ManualClock();
+  const bucket = new TokenBucket({ rate: { perSecond: 2, burst: 3 }, clock });
+  assert.deepEqual([bucket.take(), bucket.take(), bucket.take(), bucket.take()], [true, true, true, false]);
   clock.advance(500); // one token back at 2/s
-  assert.equal(limiter.take("a"), null);
-  assert.equal(limiter.take("a"), "peer");
+  assert.equal(bucket.take(), true);
+  assert.equal(bucket.take(), false);
+  assert.equal(bucket.full, false);
+  clock.advance(1500);
+  assert.equal(bucket.full, true);
 });
 
-Deno.test("rate limiter refuses everyone over the global limit without charging the peer", () => {
-  const clock = manualClock();
-  const limiter = new RateLimiter({
-    global: { perSecond: 1, burst: 2 },
-    perPeer: { perSecond: 10, burst: 10 },
-    clock,
-  });
-  assert.equal(limiter.take("a"), null);
-  assert.equal(limiter.take("b"), null);
-  assert.equal(limiter.take("c"), "global");
-  clock.advance(1000);
-  assert.equal(limiter.take("c"), null);
+Deno.test("the peer limiter gives every peer group its own bucket", () => {
+  const clock = new ManualClock();
+  const limiter = new PeerRateLimiter({ perPeer: { perSecond: 2, burst: 3 }, clock });
+  assert.deepEqual([limiter.take("10.0.0.1"), limiter.take("10.0.0.1"), limiter.take("10.0.0.1")], [
+    true,
+    true,
+    true,
+  ]);
+  assert.equal(limiter.take("10.0.0.1"), false);
+  assert.equal(limiter.take("::ffff:10.0.0.1"), false, "an IPv4-mapped address is its IPv4 address");
+  assert.equal(limiter.take("10.0.0.2"), true, "another peer is unaffected");
+  clock.advance(500);
+  assert.equal(limiter.take("10.0.0.1"), true);
 });
 
-Deno.test("rate limiter stays bounded in peers tracked", () => {
-  const clock = manualClock();
-  const limiter = new RateLimiter({
-    global: { perSecond: 1e9, burst: 1e9 },
-    perPeer: { perSecond: 1, burst: 1 },
-    clock,
-    maxPeers: 10,
-  });
+Deno.test("the peer limiter groups IPv6 peers by /64", () => {
+  const clock = new ManualClock();
+  const limiter = new PeerRateLimiter({ perPeer: { perSecond: 1, burst: 2 }, clock });
+  assert.equal(limiter.take("2001:db8:1:2::1"), true);
+  assert.equal(limiter.take("2001:db8:1:2:ffff:ffff:ffff:ffff"), true);
+  assert.equal(
+    limiter.take("2001:0db8:0001:0002:abcd::9"),
+    false,
+    "every address of the /64 shares one budget",
+  );
+  assert.equal(limiter.take("2001:db8:1:3::1"), true, "the next /64 has its own");
+  assert.equal(limiter.trackedPeers, 2);
+});
+
+Deno.test("the peer limiter stays bounded in peer groups tracked", () => {
+  const clock = new ManualClock();
+  const limiter = new PeerRateLimiter({ perPeer: { perSecond: 1, burst: 1 }, clock, maxPeers: 10 });
   for (let i = 0; i < 1000; i++) {
-    assert.equal(limiter.take(`peer-${i}`), null);
+    assert.equal(limiter.take(`peer-${i}`), true);
     assert.equal(limiter.trackedPeers, Math.min(i + 1, 10));
   }
-  assert.equal(limiter.take("peer-999"), "peer", "the most recent peer is still tracked");
-  assert.equal(limiter.take("peer-0"), null, "the oldest peers were dropped, so peer-0 starts afresh");
+  assert.equal(limiter.take("peer-999"), false, "the most recent peer is still tracked");
+  assert.equal(limiter.take("peer-0"), true, "the oldest peers were dropped, so peer-0 starts afresh");
   assert.equal(limiter.trackedPeers, 10);
   // Once every bucket has refilled it carries no state: a new peer drops them all.
   clock.advance(1000);
-  assert.equal(limiter.take("peer-new"), null);
+  assert.equal(limiter.take("peer-new"), true);
   assert.equal(limiter.trackedPeers, 1);
 });
 
@@ -108,4 +112,22 @@ Deno.test("a byte budget refuses what would exceed it, takes nothing then, and g
   assert.equal(budget.held, 4);
   assert.equal(budget.tryTake(6), true);
   assert.throws(() => new ByteBudget(0), RangeError);
+});
+
+Deno.test("per-peer slots count an IPv4 address or an IPv6 /64, and come back once given back", () => {
+  const slots = new PeerSlots(2);
+  const first = slots.tryTake("2001:db8:1:2::10");
+  assert.ok(first);
+  assert.ok(slots.tryTake("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "same /64: the second slot");
+  assert.equal(slots.tryTake("2001:db8:1:2::99"), undefined, "a third address in the /64 is refused");
+  assert.ok(slots.tryTake("2001:db8:1:3::10"), "the next /64 has its own slots");
+  assert.ok(slots.tryTake("10.0.0.7"));
+  assert.ok(slots.tryTake("::ffff:10.0.0.7"), "an IPv4-mapped address is its IPv4 address");
+  assert.equal(slots.tryTake("10.0.0.7"), undefined);
+  first();
+  first();
+  assert.ok(slots.tryTake("2001:db8:1:2::99"), "a given-back slot is free again, once");
+  assert.equal(slots.tryTake("2001:db8:1:2::98"), undefined);
+  assert.equal(slots.groups, 3);
+  assert.throws(() => new PeerSlots(0), RangeError);
 });

@@ -38,6 +38,7 @@ import type { TLSSocket } from "node:tls";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { type Clock, systemClock } from "../../src/clock.ts";
 import type { KubeletCa } from "../../src/joinservice/kubeletca.ts";
+import { rfc3339 } from "../../src/rfc3339.ts";
 import { createTestCa, issueCert, issueLoopbackServerCert, type TestCa, type TestCert } from "./pki.ts";
 import {
   ANONYMOUS,
@@ -274,16 +275,12 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
   let hang = false;
 
   const issueToken = (user: string, ttlMs: number): string => {
-    const token = Array.from(
-      crypto.getRandomValues(new Uint8Array(24)),
-      (b) => b.toString(16).padStart(2, "0"),
-    )
-      .join("");
+    const token = crypto.getRandomValues(new Uint8Array(24)).toHex();
     tokens.set(token, { user, expiresAt: clock.now() + ttlMs });
     return token;
   };
   const token = issueToken("token-user", options.tokenTtlMs ?? 60 * 60 * 1000);
-  const now = () => new Date(clock.now()).toISOString().replace(/\.\d{3}Z$/, "Z");
+  const now = () => rfc3339(clock.now());
 
   /** The HTTPS server for a server certificate (chain) and key. */
   const createTlsServer = (tls: { certPem: string; keyPem: string }): net.Server => {

@@ -20,9 +20,11 @@
  * @module
  */
 import {
-  BOOTSTRAP_TOKEN_NAMESPACE,
+  BOOTSTRAP_TOKEN_GROUP,
   BOOTSTRAP_TOKEN_SECRET_TYPE,
+  bootstrapTokenSecretName,
 } from "../../src/joinservice/bootstraptoken.ts";
+import { KUBE_SYSTEM_NAMESPACE } from "../../src/kubernetes/names.ts";
 import { parseBootstrapToken } from "../../src/kubernetes/bootstrap_token.ts";
 import { clusterInfoSignatureKey, signClusterInfo } from "../../src/kubernetes/cluster_info_signature.ts";
 
@@ -39,9 +41,6 @@ export const ANONYMOUS: Identity = { user: "system:anonymous", groups: ["system:
 
 /** The group every bootstrap token user is in. */
 export const BOOTSTRAPPERS_GROUP = "system:bootstrappers";
-
-/** The group kubeadm's tokens add (`auth-extra-groups`), which its RBAC binds. */
-export const KUBEADM_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token";
 
 /** Where cluster-info lives. */
 export const CLUSTER_INFO = { namespace: "kube-public", name: "cluster-info" };
@@ -73,7 +72,7 @@ export function authenticateBootstrapToken(
 ): Identity | undefined {
   const parts = parseBootstrapToken(token);
   if (!parts) return undefined;
-  const values = tokenSecretValues(secrets(BOOTSTRAP_TOKEN_NAMESPACE, `bootstrap-token-${parts.id}`), now);
+  const values = tokenSecretValues(secrets(KUBE_SYSTEM_NAMESPACE, bootstrapTokenSecretName(parts.id)), now);
   if (!values || values["token-id"] !== parts.id || values["usage-bootstrap-authentication"] !== "true") {
     return undefined;
   }
@@ -131,7 +130,7 @@ export function kubeadmRbac(request: RbacRequest): boolean | undefined {
       namespace === CLUSTER_INFO.namespace && name === CLUSTER_INFO.name;
   }
   if (!groups.includes(BOOTSTRAPPERS_GROUP)) return undefined;
-  if (!groups.includes(KUBEADM_TOKEN_GROUP)) return false;
+  if (!groups.includes(BOOTSTRAP_TOKEN_GROUP)) return false;
   if (group === "" && resource === "configmaps") {
     return verb === "get" && namespace === "kube-system" &&
       (name === "kubeadm-config" || name === "kubelet-config");

@@ -8,7 +8,8 @@
  *
  * The attestation config expects the swtpm's real PCR values (all 16,
  * enforced; PCRs 4 and 9 are extended first so the boot chain is not all
- * zeros) and trusts only the issuer's attestation key. Tickets are requested
+ * zeros) and trusts only the issuer's attestation key, as a worker's unless
+ * the cluster is started with `controlPlaneKey`. Tickets are requested
  * as a node would: challenge, CSR, attested request, sealed response opened
  * with the node's HPKE key.
  *
@@ -21,7 +22,6 @@
  */
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { type Client, createClient } from "@connectrpc/connect";
-import { toHex } from "../../src/attestation/attestation.ts";
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { runLoadingTpmTool } from "../../src/attestation/tpm/tools.ts";
@@ -48,15 +48,18 @@ import {
   type KubernetesComponent,
 } from "../../src/joinservice/components.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefiles.ts";
+import { bootstrapTokenSecretName } from "../../src/joinservice/bootstraptoken.ts";
+import { KUBE_SYSTEM_NAMESPACE } from "../../src/kubernetes/names.ts";
 import { deriveKey } from "../../src/kms/hkdf.ts";
 import {
   dataKeyInfo,
   DERIVED_KEY_LENGTH,
   MEASUREMENT_SECRET_KEY_ID,
-  stateDiskKeyID,
+  stateDiskKeyId,
 } from "../../src/kms/keys.ts";
 import { silentLogger } from "../../src/log/logger.ts";
 import { connectRpc } from "../../src/rpc/client.ts";
+import { encodePem } from "../../src/x509/pem.ts";
 import * as x509 from "../../src/x509/x509.ts";
 import {
   KEY_SERVICE_LISTENING,
@@ -71,7 +74,7 @@ import {
   NODE_VERSIONS,
   startFakeApiServer,
 } from "./fake_apiserver.ts";
-import { createTestCa, issueLoopbackServerCert, privateKeyToPem, type TestCa, toPem } from "./pki.ts";
+import { createTestCa, issueLoopbackServerCert, privateKeyToPem, type TestCa } from "./pki.ts";
 import { type RunningService, runToExit, startService } from "./process.ts";
 import { startSwtpm, type Swtpm } from "./swtpm.ts";
 
@@ -87,8 +90,10 @@ export const EXTENDED_PCRS: readonly number[] = [4, 9];
 /** Where the fake API server keeps the cluster's objects (URL paths). */
 export const OBJECT_PATHS = {
   nodeVersion: `/apis/${NODE_VERSIONS.group}/${NODE_VERSIONS.version}/nodeversions/constellation-version`,
-  configMap: (name: string) => `/api/v1/namespaces/kube-system/configmaps/${name}`,
-  tokenSecret: (tokenId: string) => `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${tokenId}`,
+  configMap: (name: string) => `/api/v1/namespaces/${KUBE_SYSTEM_NAMESPACE}/configmaps/${name}`,
+  secrets: `/api/v1/namespaces/${KUBE_SYSTEM_NAMESPACE}/secrets`,
+  tokenSecret: (tokenId: string) =>
+    `/api/v1/namespaces/${KUBE_SYSTEM_NAMESPACE}/secrets/${bootstrapTokenSecretName(tokenId)}`,
   joiningNode: (name: string) => `/apis/${JOINING_NODES.group}/${JOINING_NODES.version}/joiningnodes/${name}`,
 } as const;
 
@@ -96,7 +101,9 @@ export const OBJECT_PATHS = {
 export interface AttestationConfigJson {
   variant: string;
   measurements: Record<string, { expected: string; warnOnly: boolean }>;
-  akTrust: { allowedKeyDigests: string[] } | { trustAnyKey: true };
+  akTrust:
+    | { allowedKeyDigests: string[]; controlPlaneKeyDigests?: string[] }
+    | { trustAnyKey: true; controlPlaneKeyDigests?: string[]; controlPlaneAnyKey?: true };
 }
 
 /** Options for {@linkcode startJoinCluster}. */
@@ -111,6 +118,12 @@ export interface JoinClusterOptions {
   authorize?: (request: AuthorizationRequest) => boolean;
   /** The join service's log level; default "info". */
   logLevel?: "debug" | "info" | "warn" | "error";
+  /**
+   * Whether the node's attestation key may join as a control plane
+   * (`akTrust.controlPlaneKeyDigests` lists it); default false: it is a
+   * worker's key.
+   */
+  controlPlaneKey?: boolean;
 }
 
 /** The real key service process, restartable on the same port. */
@@ -314,9 +327,12 @@ async function build(
   const attestationConfig: AttestationConfigJson = {
     variant: CLUSTER_VARIANT,
     measurements: Object.fromEntries(
-      [...pcrs].map(([index, value]) => [String(index), { expected: toHex(value), warnOnly: false }]),
+      [...pcrs].map(([index, value]) => [String(index), { expected: value.toHex(), warnOnly: false }]),
     ),
-    akTrust: { allowedKeyDigests: [issuer.keyDigest] },
+    akTrust: {
+      allowedKeyDigests: [issuer.keyDigest],
+      controlPlaneKeyDigests: options.controlPlaneKey ? [issuer.keyDigest] : [],
+    },
   };
   await Deno.writeTextFile(paths.attestationConfig, JSON.stringify(attestationConfig));
 
@@ -477,7 +493,7 @@ async function build(
     async expectedKeys(diskUuid) {
       const derive = (id: string) => deriveKey(masterSecret, masterSalt, dataKeyInfo(id), DERIVED_KEY_LENGTH);
       return {
-        stateDiskKey: await derive(stateDiskKeyID(diskUuid)),
+        stateDiskKey: await derive(stateDiskKeyId(diskUuid)),
         measurementSecret: await derive(MEASUREMENT_SECRET_KEY_ID),
       };
     },
@@ -525,7 +541,7 @@ async function writePki(pkiDir: string, clusterCa: TestCa): Promise<Map<string, 
     "etcd/ca.crt": etcdCa.certPem,
     "etcd/ca.key": etcdCa.keyPem,
     "sa.key": await privateKeyToPem(serviceAccount.privateKey),
-    "sa.pub": toPem(await crypto.subtle.exportKey("spki", serviceAccount.publicKey), "PUBLIC KEY"),
+    "sa.pub": encodePem(await crypto.subtle.exportKey("spki", serviceAccount.publicKey), "PUBLIC KEY"),
   };
   const files = new Map<string, Uint8Array>();
   for (const name of CONTROL_PLANE_FILE_NAMES) {
@@ -540,7 +556,7 @@ async function writePki(pkiDir: string, clusterCa: TestCa): Promise<Map<string, 
 async function testComponents(): Promise<KubernetesComponent[]> {
   const component = async (content: string, installPath: string, extract: boolean) => {
     const bytes = new TextEncoder().encode(content);
-    const digest = toHex(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)));
+    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)).toHex();
     return { url: `data:;base64,${bytes.toBase64()}`, hash: `sha256:${digest}`, installPath, extract };
   };
   return [

@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { encodePem } from "../../src/x509/pem.ts";
 import * as x509 from "../../src/x509/x509.ts";
 
 const ecdsa = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" } as const;
@@ -50,14 +51,9 @@ export async function generateKeyPair(): Promise<CryptoKeyPair> {
   return await crypto.subtle.generateKey(ecdsa, true, ["sign", "verify"]);
 }
 
-/** Encodes DER bytes as a PEM block with the given label, e.g. "CERTIFICATE". */
-export function toPem(der: BufferSource, label: string): string {
-  return x509.PemConverter.encode(der, label) + "\n";
-}
-
 /** Exports a private key as PEM `PRIVATE KEY` (PKCS#8). */
 export async function privateKeyToPem(key: CryptoKey): Promise<string> {
-  return toPem(await crypto.subtle.exportKey("pkcs8", key), "PRIVATE KEY");
+  return encodePem(await crypto.subtle.exportKey("pkcs8", key), "PRIVATE KEY");
 }
 
 /** Creates a self-signed CA (`CA:TRUE`, keyCertSign + cRLSign) named `subject`. */
@@ -79,7 +75,7 @@ export async function createTestCa(subject = "CN=test-ca"): Promise<TestCa> {
   return {
     cert,
     keys,
-    certPem: toPem(cert.rawData, "CERTIFICATE"),
+    certPem: encodePem(cert.rawData, "CERTIFICATE"),
     keyPem: await privateKeyToPem(keys.privateKey),
   };
 }
@@ -121,7 +117,7 @@ export async function issueCert(ca: TestCa, options: IssueCertOptions): Promise<
   return {
     cert,
     keys,
-    certPem: toPem(cert.rawData, "CERTIFICATE"),
+    certPem: encodePem(cert.rawData, "CERTIFICATE"),
     keyPem: await privateKeyToPem(keys.privateKey),
   };
 }

@@ -32,7 +32,7 @@
  *
  * @module
  */
-import { AttestationError, MAX_EVIDENCE_DOCUMENT_BYTES, toHex } from "../attestation.ts";
+import { AttestationError, MAX_EVIDENCE_DOCUMENT_BYTES } from "../attestation.ts";
 import { TpmParseError } from "./reader.ts";
 import {
   MAX_PCR_INDEX,
@@ -49,6 +49,7 @@ export const SHA256_PCR_LENGTH = 32;
 
 /** The contents of a document, as an issuer provides them. */
 export interface TpmDocumentFields {
+  /** Always `qemu-vtpm`. */
   variant: string;
   /** `TPM2B_PUBLIC` of the attestation key. */
   akPublic: Uint8Array;
@@ -64,11 +65,15 @@ export interface TpmDocumentFields {
 
 /** A decoded document with its binary structures parsed. */
 export interface TpmEvidence {
+  /** Always `qemu-vtpm`. */
   variant: string;
+  /** The attestation key's public area. */
   akPublic: TpmPublic;
+  /** The quote (`TPMS_ATTEST`), as signed. */
   quote: TpmQuote;
   /** The signed bytes (the marshalled `TPMS_ATTEST`). */
   quoteBytes: Uint8Array<ArrayBuffer>;
+  /** The quote's signature by the attestation key. */
   signature: TpmSignature;
   /** SHA-256 PCR values by index, ascending. */
   pcrs: Map<number, Uint8Array>;
@@ -79,7 +84,7 @@ export interface TpmEvidence {
 /** Serializes a document (see the module docs for the shape). */
 export function encodeDocument(fields: TpmDocumentFields): Uint8Array<ArrayBuffer> {
   const pcrs: Record<string, string> = {};
-  for (const [index, value] of [...fields.pcrs].sort(([a], [b]) => a - b)) pcrs[index] = toHex(value);
+  for (const [index, value] of [...fields.pcrs].sort(([a], [b]) => a - b)) pcrs[index] = value.toHex();
   const json = {
     variant: fields.variant,
     akPublic: fields.akPublic.toBase64(),

@@ -67,7 +67,6 @@ import {
   type Issuer,
   MAX_EVIDENCE_DOCUMENT_BYTES,
   REPORT_DATA_LENGTH,
-  toHex,
 } from "../attestation.ts";
 import type { Logger } from "../../log/logger.ts";
 import { encodeDocument, pcrDigest, SHA256_PCR_LENGTH, type TpmDocumentFields } from "./document.ts";
@@ -93,6 +92,7 @@ export const QUOTED_PCRS: readonly number[] = Array.from({ length: 16 }, (_, i) 
 export interface TpmIssuerOptions {
   /** tpm2-tools TCTI; default "device:/dev/tpmrm0". Tests use "swtpm:path=…" or "swtpm:host=…,port=…". */
   tcti?: string;
+  /** Receives the issuer's log lines (its key digest at start, retries). */
   logger: Logger;
   /** Aborts key creation. */
   signal?: AbortSignal;
@@ -131,7 +131,7 @@ const TYPICAL_SIGNATURE_BYTES = { ecc: 72, rsa: 262 } as const;
 
 /** Issues `qemu-vtpm` evidence from a TPM. */
 export class TpmIssuer implements Issuer {
-  readonly variant = QEMU_VTPM_VARIANT;
+  readonly variant: string = QEMU_VTPM_VARIANT;
   /** The attestation key's digest (lower-case hex SHA-256 of its TPMT_PUBLIC), for AK allow-lists. */
   readonly keyDigest: string;
   readonly #tpm: TpmConnection;
@@ -237,7 +237,7 @@ export class TpmIssuer implements Issuer {
     return await unavailableOnFailure("quoting", async () => {
       for (let attempt = 1;; attempt++) {
         await runLoadingTpmTool(this.#tpm, "tpm2_quote", [
-          ...["-c", path("ak.ctx"), "-l", `sha256:${QUOTED_PCRS.join(",")}`, "-q", toHex(reportData)],
+          ...["-c", path("ak.ctx"), "-l", `sha256:${QUOTED_PCRS.join(",")}`, "-q", reportData.toHex()],
           ...["-g", "sha256", "-m", path("quote.msg"), "-s", path("quote.sig"), "-f", "tss"],
         ], { signal });
         const pcrs = await readPcrs(this.#tpm, QUOTED_PCRS, { signal });

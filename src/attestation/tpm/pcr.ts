@@ -3,8 +3,8 @@
  * by measuring its cluster ID into PCR 15.
  *
  * A fresh node's PCR 15 is all zeros. {@linkcode extendPcr15} runs
- * `TPM2_PCR_Event(15, clusterID)`: the TPM hashes the data per bank and
- * extends, so the SHA-256 bank becomes `SHA256(old ‖ SHA256(clusterID))`.
+ * `TPM2_PCR_Event(15, clusterId)`: the TPM hashes the data per bank and
+ * extends, so the SHA-256 bank becomes `SHA256(old ‖ SHA256(clusterId))`.
  * Only a TPM reset returns it to zero, so attestation can tell a node that
  * has already joined a cluster from a fresh one.
  *
@@ -23,6 +23,7 @@ const SHA256_LENGTH = 32;
 
 /** Options for the PCR helpers. */
 export interface PcrOptions {
+  /** Aborts the TPM tool runs. */
   signal?: AbortSignal;
 }
 
@@ -80,15 +81,15 @@ export async function readPcr(
  */
 export async function extendPcr15(
   tpm: TpmConnection,
-  clusterID: Uint8Array,
+  clusterId: Uint8Array,
   options: PcrOptions = {},
 ): Promise<void> {
-  if (clusterID.length === 0) throw new RangeError("cluster ID must not be empty");
+  if (clusterId.length === 0) throw new RangeError("cluster ID must not be empty");
   // The event data goes through stdin: no file to write, and tpm2_pcrevent then
   // hashes it in a TPM hash sequence, an object that must be flushed afterwards.
   await runLoadingTpmTool(tpm, "tpm2_pcrevent", [String(CLUSTER_ID_PCR)], {
     signal: options.signal,
-    stdin: clusterID,
+    stdin: clusterId,
   });
 }
 

@@ -10,6 +10,7 @@
 
 /** Input that is not a well-formed TPM structure. */
 export class TpmParseError extends Error {
+  /** A parse failure described by `message`. */
   constructor(message: string) {
     super(message);
     this.name = "TpmParseError";
@@ -23,10 +24,7 @@ export class ByteReader {
   readonly #structure: string;
   #offset = 0;
 
-  /**
-   * @param bytes the marshalled structure
-   * @param structure its name, used in error messages (e.g. "TPMS_ATTEST")
-   */
+  /** A reader over the marshalled `bytes` of `structure` (its name in error messages, e.g. "TPMS_ATTEST"). */
   constructor(bytes: Uint8Array, structure: string) {
     this.#bytes = bytes;
     this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);

@@ -9,7 +9,6 @@
  *
  * @module
  */
-import { toHex } from "../attestation.ts";
 import { ByteReader } from "./reader.ts";
 
 /** TPM algorithm identifiers used here (`TPM_ALG_ID`). */
@@ -35,7 +34,7 @@ export const MAX_PCR_INDEX = 23;
 
 /** `TPMA_OBJECT` bits checked on an attestation key. */
 export const ObjectAttribute = {
-  fixedTPM: 1 << 1,
+  fixedTpm: 1 << 1,
   restricted: 1 << 16,
   sign: 1 << 18,
 } as const;
@@ -54,6 +53,7 @@ export interface TpmPublic {
 
 /** An RSA public key. */
 export interface RsaPublicKey {
+  /** An RSA key. */
   type: "rsa";
   /** Big-endian modulus, `keyBits / 8` bytes. */
   modulus: Uint8Array<ArrayBuffer>;
@@ -63,28 +63,39 @@ export interface RsaPublicKey {
 
 /** A NIST P-256 public key. */
 export interface EccPublicKey {
+  /** An ECC key. */
   type: "ecc";
   /** 32-byte big-endian coordinates. */
   x: Uint8Array<ArrayBuffer>;
+  /** The point's y coordinate. */
   y: Uint8Array<ArrayBuffer>;
 }
 
 /** One `TPMS_PCR_SELECTION`: a bank and the PCR indices selected in it, ascending. */
 export interface PcrSelection {
+  /** The PCR bank's hash algorithm (`TPM_ALG_ID`). */
   hash: number;
+  /** The selected PCR indices, ascending. */
   pcrs: number[];
 }
 
 /** A parsed quote (`TPMS_ATTEST` with `TPMS_QUOTE_INFO`). */
 export interface TpmQuote {
+  /** The signing key's qualified name. */
   qualifiedSigner: Uint8Array;
   /** The qualifying data the verifier asked for (the report data). */
   extraData: Uint8Array;
+  /** `TPMS_CLOCK_INFO.clock`: milliseconds the TPM has been powered. */
   clock: bigint;
+  /** `TPMS_CLOCK_INFO.resetCount`. */
   resetCount: number;
+  /** `TPMS_CLOCK_INFO.restartCount`. */
   restartCount: number;
+  /** `TPMS_CLOCK_INFO.safe`. */
   safe: boolean;
+  /** The TPM's firmware version. */
   firmwareVersion: bigint;
+  /** The quoted PCR selection. */
   pcrSelections: PcrSelection[];
   /** Hash over the selected PCR values, ascending by index. */
   pcrDigest: Uint8Array;
@@ -239,5 +250,5 @@ function fixedLength(r: ByteReader, value: Uint8Array<ArrayBuffer>, name: string
  * without its `000b` prefix, as `tpm2_readpublic` prints it.
  */
 export async function publicKeyDigest(publicKey: TpmPublic): Promise<string> {
-  return toHex(new Uint8Array(await crypto.subtle.digest("SHA-256", publicKey.tpmtPublic)));
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", publicKey.tpmtPublic)).toHex();
 }

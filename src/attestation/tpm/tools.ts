@@ -34,6 +34,7 @@ export class TpmToolError extends Error {
   /** Its exit code, or null when it did not run to completion. */
   readonly exitCode: number | null;
 
+  /** `tool` failed with `exitCode` (null when killed); `message` says how. */
   constructor(tool: string, exitCode: number | null, message: string) {
     super(message);
     this.name = "TpmToolError";

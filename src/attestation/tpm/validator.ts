@@ -7,7 +7,7 @@
  * 1. the document parses (see `document.ts` for its shape): "malformed"
  *    (or "wrong-variant" for another variant's document);
  * 2. the attestation key claims to be a restricted signing key fixed to its
- *    TPM (objectAttributes sign, restricted, fixedTPM) and is trusted:
+ *    TPM (objectAttributes sign, restricted, fixedTpm) and is trusted:
  *    "untrusted-key" (see "AK trust" below for what this proves);
  * 3. the signature is a valid SHA-256 ECDSA/RSASSA signature over the whole
  *    quote (`TPMS_ATTEST`): "signature-invalid";
@@ -60,7 +60,7 @@ import {
   bytesEqual,
   type MeasurementMismatch,
   type Measurements,
-  toHex,
+  trusts,
   type Validator,
   type Verification,
 } from "../attestation.ts";
@@ -72,10 +72,10 @@ import { hex16, ObjectAttribute, publicKeyDigest, TpmAlg } from "./structures.ts
 /** Variant name. */
 export const QEMU_VTPM_VARIANT = "qemu-vtpm";
 
-const REQUIRED_AK_ATTRIBUTES = ObjectAttribute.sign | ObjectAttribute.restricted | ObjectAttribute.fixedTPM;
+const REQUIRED_AK_ATTRIBUTES = ObjectAttribute.sign | ObjectAttribute.restricted | ObjectAttribute.fixedTpm;
 
 /** Logged when any attestation key is trusted: at construction and on every verification that relies on it. */
-export const TRUST_ANY_KEY_WARNING =
+export const TRUST_ANY_KEY_WARNING: string =
   "INSECURE: trustAnyKey accepts evidence signed by any key, including software keys; " +
   "anyone can forge qemu-vtpm evidence (any report data, any PCR values) without a TPM. " +
   "List the nodes' attestation keys in akTrust.allowedKeyDigests outside development";
@@ -96,16 +96,18 @@ export interface TpmValidatorOptions {
   measurements: Measurements;
   /** Which attestation keys to trust. */
   akTrust: AkTrust;
+  /** Receives the INSECURE warnings of `trustAnyKey` and warn-only mismatches. */
   logger: Logger;
 }
 
 /** Verifies `qemu-vtpm` evidence. */
 export class TpmValidator implements Validator {
-  readonly variant = QEMU_VTPM_VARIANT;
+  readonly variant: string = QEMU_VTPM_VARIANT;
   readonly #measurements: Measurements;
   readonly #akTrust: AkTrust;
   readonly #logger: Logger;
 
+  /** A validator with `options.measurements` and `options.akTrust`. */
   constructor(options: TpmValidatorOptions) {
     this.#measurements = options.measurements;
     this.#akTrust = options.akTrust;
@@ -144,7 +146,7 @@ export class TpmValidator implements Validator {
           `(objectAttributes 0x${akPublic.objectAttributes.toString(16).padStart(8, "0")})`,
       );
     }
-    if (this.#akTrust.kind === "allow-list" && !this.#akTrust.keyDigests.has(keyDigest)) {
+    if (!trusts(this.#akTrust, keyDigest)) {
       throw new AttestationError("untrusted-key", `attestation key ${keyDigest} is not in the allow-list`);
     }
 
@@ -197,7 +199,7 @@ export class TpmValidator implements Validator {
       this.#logger.warn("untrusted PCR value accepted (warn-only)", { ...mismatch });
     }
     const measurements: Record<number, string> = {};
-    for (const [index, value] of evidence.pcrs) measurements[index] = toHex(value);
+    for (const [index, value] of evidence.pcrs) measurements[index] = value.toHex();
     return { variant: QEMU_VTPM_VARIANT, warnings: mismatches, measurements, keyDigest };
   }
 
@@ -209,8 +211,8 @@ export class TpmValidator implements Validator {
       if (actual !== undefined && bytesEqual(actual, measurement.expected)) continue;
       mismatches.push({
         index,
-        expected: toHex(measurement.expected),
-        actual: actual === undefined ? null : toHex(actual),
+        expected: measurement.expected.toHex(),
+        actual: actual === undefined ? null : actual.toHex(),
         enforced: !measurement.warnOnly,
       });
     }

@@ -1,0 +1,90 @@
+/**
+ * JoiningNode records for the node operator, which annotates a new node
+ * with the components it installed and deletes the record afterwards.
+ *
+ * Workers are applied (server-side apply) under their own name; a control
+ * plane is recorded as the single object {@linkcode CONTROL_PLANE_JOINING_NODE_NAME},
+ * so control planes join one at a time, as in the original. That name is
+ * therefore reserved: no worker may take it.
+ *
+ * @module
+ */
+import type { Clock } from "../clock.ts";
+import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
+import { KubernetesError } from "../kubernetes/errors.ts";
+import type { Logger } from "../log/logger.ts";
+import { rfc3339 } from "../rfc3339.ts";
+import type { JoiningNode, JoiningNodes } from "./dependencies.ts";
+import { apiServerCall, reject } from "./rejections.ts";
+
+/** The JoiningNode resource. */
+export const JOINING_NODES = {
+  group: "update.edgeless.systems",
+  version: "v1alpha1",
+  plural: "joiningnodes",
+};
+/** Name of the one JoiningNode of a joining control plane; reserved, no worker node may have it. */
+export const CONTROL_PLANE_JOINING_NODE_NAME = "control-plane";
+/** How long a JoiningNode is meant to live. */
+export const JOINING_NODE_DEADLINE_MS = { worker: 48 * 3600_000, controlPlane: 10 * 60_000 };
+/** The field manager of the join service's server-side applies. */
+const FIELD_MANAGER = "join-service";
+
+/**
+ * The join service's JoiningNode records. A control-plane record whose
+ * deadline has passed is stale (its node never finished) and is replaced;
+ * the same node asking again (its first answer was lost) may record itself
+ * again.
+ */
+export function joiningNodes(
+  options: { client: KubernetesClient; clock: Clock; logger: Logger },
+): JoiningNodes {
+  const { client, clock, logger } = options;
+  const resource = (name: string, node: JoiningNode, deadlineMs: number) => ({
+    kind: "JoiningNode",
+    metadata: { name },
+    spec: {
+      name: node.name,
+      componentsreference: node.componentsReference,
+      iscontrolplane: node.isControlPlane,
+      deadline: rfc3339(clock.now() + deadlineMs),
+    },
+  });
+  return {
+    record(node, { signal }) {
+      return apiServerCall(async () => {
+        if (!node.isControlPlane) {
+          const worker = resource(node.name, node, JOINING_NODE_DEADLINE_MS.worker);
+          await client.applyCustomResource(JOINING_NODES, worker, { fieldManager: FIELD_MANAGER, signal });
+          return;
+        }
+        const record = resource(CONTROL_PLANE_JOINING_NODE_NAME, node, JOINING_NODE_DEADLINE_MS.controlPlane);
+        try {
+          await client.createCustomResource(JOINING_NODES, record, { signal });
+          return;
+        } catch (error) {
+          if (!(error instanceof KubernetesError && error.reason === "AlreadyExists")) throw error;
+        }
+        const existing = await client.getCustomResource<CustomResource<{ name?: string; deadline?: string }>>(
+          JOINING_NODES,
+          CONTROL_PLANE_JOINING_NODE_NAME,
+          { signal },
+        );
+        const holder = existing.spec?.name ?? "";
+        if (Date.parse(existing.spec?.deadline ?? "") > clock.now() && holder !== node.name) {
+          throw reject(
+            "control-plane-busy",
+            `control-plane node ${
+              JSON.stringify(holder)
+            } is joining until ${existing.spec?.deadline}; control planes join one at a time, retry later`,
+          );
+        }
+        if (holder !== node.name) {
+          logger.warn("replacing stale control-plane JoiningNode", { previous: holder });
+        }
+        await client.deleteCustomResource(JOINING_NODES, CONTROL_PLANE_JOINING_NODE_NAME, { signal });
+        await client.createCustomResource(JOINING_NODES, record, { signal });
+      });
+    },
+  };
+}

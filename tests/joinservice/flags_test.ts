@@ -1,0 +1,104 @@
+import assert from "node:assert/strict";
+import { parseJoinServiceFlags } from "../../src/joinservice/flags.ts";
+import { UsageError } from "../../src/flags/flags.ts";
+
+/** The flags every join service needs; a case adds its own after them (later flags win). */
+const REQUIRED = [
+  "--attestation-variant",
+  "dummy",
+  "--key-service-endpoint",
+  "key-service.kube-system:9000",
+  "--api-server-endpoint",
+  "10.0.0.1:6443",
+];
+
+function assertUsageError(args: string[], message: string) {
+  assert.throws(() => parseJoinServiceFlags(args), (err) => {
+    assert.ok(err instanceof UsageError, `${args.join(" ")}: ${err}`);
+    assert.equal(err.message, message, args.join(" "));
+    return true;
+  });
+}
+
+Deno.test("parseJoinServiceFlags() reads addresses, endpoints and numbers", () => {
+  const flags = parseJoinServiceFlags([
+    ...REQUIRED,
+    ...["--listen-address", "::", "--metrics-address", "127.0.0.1", "--port", "0", "--metrics-port=65535"],
+    ...["--key-service-endpoint", "[::1]:9000", "--tls-cert", "/c", "--tls-key", "/k"],
+    ...["--rate-per-peer", "0.5", "--burst-global", "7", "--nonce-lifetime", "1.5"],
+  ]);
+  assert.ok(flags !== "help");
+  assert.equal(flags.listenAddress, "::");
+  assert.equal(flags.metricsAddress, "127.0.0.1");
+  assert.equal(flags.port, 0);
+  assert.equal(flags.metricsPort, 65535);
+  assert.equal(flags.keyServiceEndpoint, "[::1]:9000");
+  assert.equal(flags.apiServerEndpoint, "10.0.0.1:6443");
+  assert.deepEqual([flags.tlsCert, flags.tlsKey], ["/c", "/k"]);
+  assert.deepEqual([flags.ratePerPeer, flags.burstGlobal, flags.nonceLifetimeMs], [0.5, 7, 1500]);
+});
+
+Deno.test("parseJoinServiceFlags() says what is wrong with a negative number, for every numeric flag", () => {
+  const wants: Record<string, string> = {
+    "--port": "want a number from 0 to 65535",
+    "--metrics-port": "want a number from 0 to 65535",
+    "--rate-per-peer": "want a positive number",
+    "--burst-per-peer": "want a positive number",
+    "--rate-global": "want a positive number",
+    "--burst-global": "want a positive number",
+    "--verify-concurrency": "want a positive number",
+    "--verify-queue": "want a positive number",
+    "--nonce-lifetime": "want a positive number",
+    "--max-connections": "want a positive number",
+    "--max-connections-per-peer": "want a positive number",
+    "--max-streams-per-connection": "want a positive number",
+    "--idle-timeout": "want a positive number",
+    "--request-timeout": "want a positive number",
+  };
+  for (const [flag, want] of Object.entries(wants)) {
+    for (const value of ["-1", "-2.5", "abc"]) {
+      assertUsageError([...REQUIRED, flag, value], `invalid ${flag} "${value}": ${want}`);
+    }
+  }
+});
+
+Deno.test("parseJoinServiceFlags() refuses listen addresses that are not IP addresses", () => {
+  for (const flag of ["--listen-address", "--metrics-address"]) {
+    for (const value of ["nonsense", "999.1.1.1", "localhost", "[::1]", "10.0.0.1:80", ""]) {
+      assertUsageError(
+        [...REQUIRED, `${flag}=${value}`],
+        `invalid ${flag} "${value}": want an IP address, e.g. 0.0.0.0, 127.0.0.1 or ::`,
+      );
+    }
+  }
+});
+
+Deno.test("parseJoinServiceFlags() refuses an endpoint without a port, or otherwise not host:port", () => {
+  const cases: [string, string, string][] = [
+    ["--key-service-endpoint", "key-service", "no port"],
+    ["--key-service-endpoint", "key-service:", "no port"],
+    ["--key-service-endpoint", "key-service:0", 'port "0" is not a number from 1 to 65535'],
+    ["--key-service-endpoint", "::1:9000", "an IPv6 address needs brackets, e.g. [::1]:9000"],
+    ["--key-service-endpoint", "http://key-service:9000", "not host:port"],
+    ["--api-server-endpoint", "10.0.0.1", "no port"],
+    ["--api-server-endpoint", "999.0.0.1:6443", "999.0.0.1 is not an IPv4 address"],
+  ];
+  for (const [flag, value, reason] of cases) {
+    const example = flag === "--api-server-endpoint" ? "10.0.0.1:6443" : "key-service.kube-system:9000";
+    assertUsageError(
+      [...REQUIRED, flag, value],
+      `invalid ${flag} "${value}": ${reason} (want host:port, e.g. ${example})`,
+    );
+  }
+});
+
+Deno.test("parseJoinServiceFlags() wants --tls-cert and --tls-key together", () => {
+  assertUsageError(
+    [...REQUIRED, "--tls-cert", "/c"],
+    "--tls-cert needs --tls-key (give both, or neither for a self-signed certificate)",
+  );
+  assertUsageError(
+    [...REQUIRED, "--tls-key", "/k"],
+    "--tls-key needs --tls-cert (give both, or neither for a self-signed certificate)",
+  );
+});
