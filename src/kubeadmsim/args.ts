@@ -26,6 +26,7 @@ export const COMMANDS: readonly Command[] = [
 
 /** A parsed command line. */
 export interface Invocation {
+  /** The kubeadm command. */
   command: Command;
   /** The node's filesystem root (`--root`); undefined when not given. */
   root?: string;

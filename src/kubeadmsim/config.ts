@@ -28,14 +28,19 @@ export const DEFAULT_BIND_PORT = 6443;
 export interface HostPort {
   /** An IP address (IPv6 without brackets) or DNS name. */
   host: string;
+  /** The port, when given. */
   port?: number;
 }
 
 /** `nodeRegistration`. */
 export interface NodeRegistration {
+  /** The node name. */
   name: string;
+  /** The container runtime's socket (`unix://` URL or path). */
   criSocket: string;
+  /** Extra kubelet flags (e.g. node-ip, provider-id). */
   kubeletExtraArgs: Record<string, string>;
+  /** Preflight checks that do not fail ("all" for every one). */
   ignorePreflightErrors: string[];
 }
 
@@ -43,18 +48,29 @@ export interface NodeRegistration {
 export interface ClusterSettings {
   /** Normalized, e.g. "v1.27.4". */
   kubernetesVersion: string;
+  /** The cluster's name (default "kubernetes"). */
   clusterName: string;
+  /** The shared API server endpoint, when set. */
   controlPlaneEndpoint?: HostPort;
+  /** Extra subject alternative names of the API server's certificate. */
   certSANs: string[];
+  /** Extra kube-apiserver flags. */
   apiServerExtraArgs: Record<string, string>;
+  /** Extra kube-controller-manager flags. */
   controllerManagerExtraArgs: Record<string, string>;
+  /** Extra kube-scheduler flags. */
   schedulerExtraArgs: Record<string, string>;
+  /** The Service network (default 10.96.0.0/12). */
   serviceSubnet: string;
+  /** The Pod network, when set. */
   podSubnet?: string;
+  /** The cluster DNS domain (default cluster.local). */
   dnsDomain: string;
   /** Node path of the PKI. */
   certificatesDir: string;
+  /** How long kubeadm waits for the control plane (default 4 min). */
   timeoutForControlPlaneMs: number;
+  /** Where control-plane images come from (default registry.k8s.io). */
   imageRepository: string;
   /** The document, defaulted, as kubeadm uploads it to the kubeadm-config ConfigMap. */
   document: Json;
@@ -64,19 +80,29 @@ export interface ClusterSettings {
 export interface BootstrapTokenSettings {
   /** Absent: generated, as kubeadm does. */
   token?: string;
+  /** Lifetime (default 24 h). */
   ttlMs: number;
+  /** What the token may do (default signing, authentication). */
   usages: string[];
+  /** Extra groups (default kubeadm's node-token group). */
   groups: string[];
+  /** Free text. */
   description?: string;
 }
 
 /** `kubeadm init` settings. */
 export interface InitSettings {
+  /** `nodeRegistration`. */
   node: NodeRegistration;
+  /** The node's API server address (localAPIEndpoint, else the node-ip kubelet flag). */
   advertiseAddress: string;
+  /** The API server port (default 6443). */
   bindPort: number;
+  /** The tokens to create (one generated when none is given). */
   bootstrapTokens: BootstrapTokenSettings[];
+  /** `skipPhases` of the document. */
   skipPhases: string[];
+  /** The ClusterConfiguration. */
   cluster: ClusterSettings;
   /** The KubeletConfiguration document (apiVersion and kind only when the file has none). */
   kubelet: Json;
@@ -84,9 +110,11 @@ export interface InitSettings {
 
 /** `kubeadm join` settings. */
 export interface JoinSettings {
+  /** `nodeRegistration`. */
   node: NodeRegistration;
   /** Node path of the CA certificate kubeadm writes. */
   caCertPath: string;
+  /** Token discovery. */
   discovery: {
     apiServerEndpoint: HostPort & { port: number };
     /** A credential. */
@@ -393,6 +421,7 @@ export function joinSettings(documents: Documents): JoinSettings {
   return {
     node,
     caCertPath,
+    /** Token discovery. */
     discovery: {
       apiServerEndpoint: apiServerEndpoint!,
       token,

@@ -36,9 +36,11 @@ const registered: Record<string, Kind[]> = {
 
 /** The documents of one file by kind, and kubeadm's warnings about the rest. */
 export interface Documents {
+  /** The documents the simulator reads, by kind. */
   byKind: Partial<Record<Kind, Json>>;
   /** Every document as parsed, in file order (for the invocation record). */
   all: Json[];
+  /** kubeadm's warnings about ignored documents. */
   warnings: string[];
 }
 

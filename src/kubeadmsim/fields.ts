@@ -11,6 +11,7 @@ import { KubeadmSimError } from "./errors.ts";
 
 /** Reads fields of one document kind (`goType` names it in errors). */
 export class FieldReader {
+  /** A reader for documents of the Go type `goType` (e.g. "InitConfiguration"). */
   constructor(private readonly goType: string) {}
 
   /** The object at `key` ({} when absent). */

@@ -81,6 +81,7 @@ export interface ControlPlaneManifests {
   imageRepository: string;
   /** The API server's address and port. */
   advertiseAddress: string;
+  /** The API server's port. */
   bindPort: number;
   /** Extra flags per component. */
   extraArgs: {
