@@ -12,6 +12,7 @@
  *
  * @module
  */
+import { Buffer } from "node:buffer";
 import * as https from "node:https";
 import { discoveryTokenCaCertHash } from "../joinservice/cahash.ts";
 import { clusterInfoSignatureKey, verifyClusterInfo } from "../kubernetes/cluster_info_signature.ts";
@@ -160,7 +161,7 @@ function getClusterInfo(
           return;
         }
         try {
-          const body = JSON.parse(new TextDecoder().decode(concat(chunks))) as {
+          const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as {
             data?: Record<string, string>;
           };
           resolve(body.data ?? {});
@@ -173,14 +174,4 @@ function getClusterInfo(
     request.on("timeout", () => request.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)));
     request.on("error", reject);
   });
-}
-
-function concat(chunks: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.byteLength, 0));
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
 }
