@@ -1,14 +1,14 @@
 /**
  * kubeadm's failures as the simulator reports them: the message kubeadm
- * would print, the exit code it would use (1 in general, 3 for an invalid
- * configuration) and a machine-readable `reason` for tests.
+ * would print, the exit code it would use (1 in general, 2 for a failed preflight
+ * check, 3 for an invalid configuration) and a machine-readable `reason` for tests.
  *
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
 
 /** kubeadm's exit codes (`cmd/kubeadm/app/util/error.go`). */
-export const EXIT = { error: 1, validation: 3 } as const;
+export const EXIT = { error: 1, preflight: 2, validation: 3 } as const;
 
 /** Why an invocation failed. */
 export type KubeadmSimFailure =
@@ -27,14 +27,15 @@ export class KubeadmSimError extends ReasonError<KubeadmSimFailure> {
   /** The process exit code. */
   readonly exitCode: number;
 
-  /** A failure for `reason`; `exitCode` defaults to 3 for "invalid" and 1 otherwise. */
+  /** A failure for `reason`; `exitCode` defaults to 3 for "invalid", 2 for "preflight" and 1 otherwise. */
   constructor(
     reason: KubeadmSimFailure,
     message: string,
     options: { exitCode?: number; cause?: unknown } = {},
   ) {
     super(reason, message, { cause: options.cause });
-    this.exitCode = options.exitCode ?? (reason === "invalid" ? EXIT.validation : EXIT.error);
+    this.exitCode = options.exitCode ??
+      (reason === "invalid" ? EXIT.validation : reason === "preflight" ? EXIT.preflight : EXIT.error);
   }
 
   /** `error execution phase <phase>: <message>`, as kubeadm's phase runner wraps a phase's error. */
