@@ -16,16 +16,40 @@
  * ownership model, so apply conflicts and `force` behave as on the real
  * server. Anything else answers 404 with a `Status` body.
  *
+ * **The API server of a kubeadm cluster** (`pkiDir`): started before
+ * kubeadm has written the cluster PKI, it listens but drops every
+ * connection until `<pkiDir>/ca.{crt,key}` and `apiserver.{crt,key}` exist;
+ * then it serves TLS with `apiserver.crt` (chain with the CA) and checks
+ * client certificates against `ca.crt`, as kube-apiserver started by
+ * kubeadm does. It then also does what such a cluster does for joining
+ * nodes (`fake_apiserver_bootstrap.ts`, `fake_apiserver_csr.ts`): anonymous
+ * requests and bootstrap tokens are authenticated and held to kubeadm's
+ * default RBAC, `kube-public/cluster-info` carries the bootstrap signer's
+ * signatures, kubelet CertificateSigningRequests are approved and signed,
+ * and `/healthz`, `/livez` and `/readyz` answer `ok`.
+ *
  * @module
  */
 import * as https from "node:https";
+import * as net from "node:net";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { type Clock, systemClock } from "../../src/clock.ts";
+import type { KubeletCa } from "../../src/joinservice/kubeletca.ts";
 import { rfc3339 } from "../../src/rfc3339.ts";
 import { createTestCa, issueCert, issueLoopbackServerCert, type TestCa, type TestCert } from "./pki.ts";
+import {
+  ANONYMOUS,
+  authenticateBootstrapToken,
+  CLUSTER_INFO,
+  type Identity,
+  kubeadmRbac,
+  withClusterInfoSignatures,
+} from "./fake_apiserver_bootstrap.ts";
+import { approveAndSign, CERTIFICATE_SIGNING_REQUESTS } from "./fake_apiserver_csr.ts";
+import { loadClusterPki } from "./fake_apiserver_pki.ts";
 
 /** A custom resource type the fake serves. */
 export interface FakeCustomResource {
@@ -89,6 +113,16 @@ export interface FakeApiServerOptions {
   authorize?: (request: AuthorizationRequest) => boolean;
   /** Time for token expiry and timestamps; default the system clock. */
   clock?: Clock;
+  /**
+   * Serve the PKI kubeadm writes to this directory (`<node root>/etc/kubernetes/pki`)
+   * instead of a generated test PKI, as the API server of a kubeadm cluster
+   * (see the module documentation). It need not exist yet: until it holds
+   * `ca.crt`, `ca.key`, `apiserver.crt` and `apiserver.key`, connections are
+   * dropped. `requireClientCertificate` is then always false.
+   */
+  pkiDir?: string;
+  /** How often the `pkiDir` is looked at until the PKI is there; default 100 ms. */
+  pkiPollMs?: number;
 }
 
 /** One request as the fake saw it. */
@@ -125,11 +159,20 @@ export interface FakeKubeconfigOptions {
 export interface FakeApiServer extends AsyncDisposable {
   /** `https://127.0.0.1:<port>`. */
   readonly url: string;
-  /** CA of the server certificate and of accepted client certificates. */
+  /** The port, known before the server serves TLS (`pkiDir`). */
+  readonly port: number;
+  /**
+   * CA of the server certificate and of accepted client certificates. With
+   * `pkiDir`, this and the client credentials below throw until
+   * {@linkcode whenServing} has resolved.
+   */
   readonly ca: TestCa;
   readonly caPem: string;
+  /** A client certificate from `ca` with the `clientSubject`. */
   readonly clientCertPem: string;
   readonly clientKeyPem: string;
+  /** Resolves once the server serves TLS (at once without `pkiDir`); rejects when it is closed first. */
+  whenServing(options?: { signal?: AbortSignal }): Promise<void>;
   /** A bearer token for user `token-user` with the configured lifetime. */
   readonly token: string;
   /** Every request, in order of arrival. */
@@ -201,6 +244,8 @@ class StatusError extends Error {
 }
 
 const maxBodyBytes = 3 * 1024 * 1024;
+/** kube-apiserver's health endpoints (anonymous users may read them). */
+const healthPaths = new Set(["/healthz", "/livez", "/readyz"]);
 const dns1123Subdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const configKey = /^[-._a-zA-Z0-9]+$/;
 const generateNameAlphabet = "bcdfghjklmnpqrstvwxz2456789";
@@ -208,17 +253,19 @@ const generateNameAlphabet = "bcdfghjklmnpqrstvwxz2456789";
 /** Starts a fake API server on 127.0.0.1 with a fresh test PKI. */
 export async function startFakeApiServer(options: FakeApiServerOptions = {}): Promise<FakeApiServer> {
   const clock = options.clock ?? systemClock;
-  const ca = await createTestCa("CN=fake-kubernetes-ca");
-  const serverCert = await issueLoopbackServerCert(ca, "CN=kube-apiserver");
-  const clientCert = await issueCert(ca, {
-    subject: options.clientSubject ?? "CN=kubernetes-admin, O=system:masters",
-    usages: ["clientAuth"],
-  });
+  const clusterMode = options.pkiDir !== undefined;
+  const clientSubject = options.clientSubject ?? "CN=kubernetes-admin, O=system:masters";
+  /** The CA and client credentials: a fresh test PKI, or (pkiDir) kubeadm's once it is written. */
+  let pki: { ca: TestCa; clientCert: TestCert; signer?: KubeletCa } | undefined;
   const resources = [
     ...coreResources,
     ...(options.customResources ?? [NODE_VERSIONS, JOINING_NODES]),
+    ...(clusterMode ? [CERTIFICATE_SIGNING_REQUESTS] : []),
   ];
-  const namespaces = new Set(options.namespaces ?? ["default", "kube-system", "kube-public"]);
+  const namespaces = new Set(
+    options.namespaces ??
+      ["default", "kube-system", "kube-public", ...(clusterMode ? ["kube-node-lease"] : [])],
+  );
   const tokens = new Map<string, { user: string; expiresAt: number }>();
   const store = new Map<string, Stored>();
   const requests: RecordedRequest[] = [];
@@ -235,24 +282,40 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
   const token = issueToken("token-user", options.tokenTtlMs ?? 60 * 60 * 1000);
   const now = () => rfc3339(clock.now());
 
-  const server = https.createServer({
-    key: serverCert.keyPem,
-    cert: serverCert.certPem,
-    ca: [ca.certPem],
-    requestCert: true,
-    rejectUnauthorized: options.requireClientCertificate ?? true,
-  }, (req, res) => {
-    handle(req, res).catch((error) => {
-      if (res.headersSent) return;
-      sendStatus(res, new StatusError(500, "InternalError", `internal error in the fake: ${error}`));
+  /** The HTTPS server for a server certificate (chain) and key. */
+  const createTlsServer = (tls: { certPem: string; keyPem: string }): net.Server => {
+    const tlsServer = https.createServer({
+      key: tls.keyPem,
+      cert: tls.certPem,
+      ca: [pki!.ca.certPem],
+      requestCert: true,
+      rejectUnauthorized: clusterMode ? false : options.requireClientCertificate ?? true,
+    }, (req, res) => {
+      handle(req, res).catch((error) => {
+        if (res.headersSent) return;
+        sendStatus(res, new StatusError(500, "InternalError", `internal error in the fake: ${error}`));
+      });
     });
-  });
-  server.on("secureConnection", (socket: Socket) => {
+    tlsServer.on("secureConnection", track);
+    // Failed handshakes (foreign client certificates) are expected in tests.
+    tlsServer.on("tlsClientError", () => {});
+    return tlsServer;
+  };
+  const track = (socket: Socket) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
-  });
-  // Failed handshakes (foreign client certificates) are expected in tests.
-  server.on("tlsClientError", () => {});
+  };
+
+  let server: net.Server;
+  if (clusterMode) {
+    // Holds the port and drops connections until kubeadm has written the PKI.
+    server = net.createServer((socket) => socket.destroy());
+  } else {
+    const ca = await createTestCa("CN=fake-kubernetes-ca");
+    const serverCert = await issueLoopbackServerCert(ca, "CN=kube-apiserver");
+    pki = { ca, clientCert: await issueCert(ca, { subject: clientSubject, usages: ["clientAuth"] }) };
+    server = createTlsServer(serverCert);
+  }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "https://fake");
@@ -283,8 +346,13 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
     try {
       const identity = authenticate(req);
       record.user = identity.user;
+      if (clusterMode && req.method === "GET" && healthPaths.has(url.pathname)) {
+        res.writeHead(200, { "content-type": "text/plain; charset=utf-8" });
+        res.end("ok");
+        return;
+      }
       const body = await readBody(req);
-      const { code, object } = serve(req.method ?? "", url, body, req.headers, identity);
+      const { code, object } = await serve(req.method ?? "", url, body, req.headers, identity);
       sendJson(res, code, object);
     } catch (error) {
       if (!(error instanceof StatusError)) throw error;
@@ -292,7 +360,7 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
     }
   }
 
-  function authenticate(req: IncomingMessage): { user: string; groups: string[] } {
+  function authenticate(req: IncomingMessage): Identity {
     const socket = req.socket as TLSSocket;
     if (socket.authorized) {
       const subject = socket.getPeerCertificate().subject as unknown as Record<string, string | string[]>;
@@ -303,36 +371,55 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
     const match = /^Bearer (.+)$/.exec(header);
     const entry = match ? tokens.get(match[1]) : undefined;
     if (entry && entry.expiresAt > clock.now()) return { user: entry.user, groups: [] };
+    if (clusterMode && match) {
+      const secret = (namespace: string, name: string) =>
+        store.get(objectPath({ resource: coreResources[0], namespace, name }))?.object;
+      const bootstrap = authenticateBootstrapToken(match[1], secret, clock.now());
+      if (bootstrap) return bootstrap;
+    }
+    // As kube-apiserver with anonymous auth (kubeadm's default): no credentials at all is anonymous.
+    if (clusterMode && !header) return ANONYMOUS;
     throw new StatusError(401, "Unauthorized", "Unauthorized");
   }
 
-  function serve(
+  async function serve(
     method: string,
     url: URL,
     body: string,
     headers: IncomingMessage["headers"],
-    identity: { user: string; groups: string[] },
-  ): { code: number; object: Json } {
+    identity: Identity,
+  ): Promise<{ code: number; object: Json }> {
     const route = parseRoute(url.pathname, resources);
     const verb = verbOf(method, route);
     if (!route || !verb) throw notFoundPath();
     const { resource, namespace, name } = route;
-    const authorize = options.authorize;
-    if (
-      authorize &&
-      !authorize({ ...identity, verb, group: resource.group, resource: resource.plural, namespace, name })
-    ) {
-      throw forbidden(identity.user, verb, route);
-    }
+    const request = { ...identity, verb, group: resource.group, resource: resource.plural, namespace, name };
+    const allowed = (clusterMode ? kubeadmRbac(request) : undefined) ?? options.authorize?.(request) ?? true;
+    if (!allowed) throw forbidden(identity.user, verb, route);
     const userAgent = String(headers["user-agent"] ?? "");
     const fieldManager = url.searchParams.get("fieldManager") ?? managerFromUserAgent(userAgent);
 
     switch (verb) {
-      case "get":
-        return { code: 200, object: render(find(route)) };
+      case "get": {
+        const object = render(find(route));
+        if (
+          clusterMode && resource.plural === "configmaps" && namespace === CLUSTER_INFO.namespace &&
+          name === CLUSTER_INFO.name
+        ) {
+          return {
+            code: 200,
+            object: await withClusterInfoSignatures(object, bootstrapTokenSecrets(), clock.now()),
+          };
+        }
+        return { code: 200, object };
+      }
       case "create": {
         const object = decodeJson(body, headers, resource);
-        return { code: 201, object: render(create(route, object, fieldManager, "Update")) };
+        const stored = create(route, object, fieldManager, "Update");
+        if (resource === CERTIFICATE_SIGNING_REQUESTS) {
+          await approveAndSign(stored.object, identity, pki!.signer!);
+        }
+        return { code: 201, object: render(stored) };
       }
       case "update": {
         const object = decodeJson(body, headers, resource);
@@ -370,6 +457,12 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
       }
     }
     throw notFoundPath();
+  }
+
+  /** Every stored Secret in kube-system named bootstrap-token-*. */
+  function bootstrapTokenSecrets(): Json[] {
+    const prefix = "/api/v1/namespaces/kube-system/secrets/bootstrap-token-";
+    return [...store].filter(([path]) => path.startsWith(prefix)).map(([, stored]) => stored.object);
   }
 
   function find(route: Route): Stored {
@@ -593,27 +686,92 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
   }
 
   let listening = true;
+  let closed = false;
   async function stop(): Promise<void> {
     if (!listening) return;
     listening = false;
-    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    const closing = new Promise<void>((resolve) => server.close(() => resolve()));
     for (const socket of sockets) socket.destroy();
-    await closed;
+    await closing;
   }
 
   const port = await listen(0);
   const url = `https://127.0.0.1:${port}`;
 
+  // With pkiDir: wait for kubeadm's PKI, then swap the connection dropper for the TLS server.
+  let serving: Promise<void> = Promise.resolve();
+  let pollTimer: ReturnType<typeof setTimeout> | undefined;
+  if (clusterMode) {
+    serving = new Promise<void>((resolve, reject) => {
+      const poll = async () => {
+        pollTimer = undefined;
+        if (closed) {
+          return reject(new Error("the fake API server was closed before the cluster PKI appeared"));
+        }
+        const loaded = await loadClusterPki(options.pkiDir!).catch(() => undefined);
+        if (closed) {
+          return reject(new Error("the fake API server was closed before the cluster PKI appeared"));
+        }
+        if (!loaded) {
+          pollTimer = setTimeout(poll, options.pkiPollMs ?? 100);
+          return;
+        }
+        const clientCert = await issueCert(loaded.ca, { subject: clientSubject, usages: ["clientAuth"] });
+        pki = { ca: loaded.ca, clientCert, signer: loaded.signer };
+        const wasListening = listening;
+        await stop();
+        server = createTlsServer({ certPem: loaded.serverChainPem, keyPem: loaded.serverKeyPem });
+        if (wasListening) {
+          await listen(port);
+          listening = true;
+        }
+        resolve();
+      };
+      poll();
+    });
+    serving.catch(() => {}); // a server closed early rejects only its callers of whenServing
+  }
+  const current = () => {
+    if (!pki) throw new Error("the fake API server has no PKI yet: await whenServing()");
+    return pki;
+  };
+  const close = async () => {
+    closed = true;
+    clearTimeout(pollTimer);
+    await stop();
+  };
+
   return {
     url,
-    ca,
-    caPem: ca.certPem,
-    clientCertPem: clientCert.certPem,
-    clientKeyPem: clientCert.keyPem,
+    port,
+    get ca() {
+      return current().ca;
+    },
+    get caPem() {
+      return current().ca.certPem;
+    },
+    get clientCertPem() {
+      return current().clientCert.certPem;
+    },
+    get clientKeyPem() {
+      return current().clientCert.keyPem;
+    },
+    whenServing(waitOptions = {}) {
+      const signal = waitOptions.signal;
+      if (!signal) return serving;
+      return Promise.race([
+        serving,
+        new Promise<never>((_, reject) => {
+          signal.throwIfAborted();
+          signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+        }),
+      ]);
+    },
     token,
     requests,
     kubeconfig(kubeconfigOptions = {}) {
       const base64 = (text: string) => btoa(text);
+      const { ca, clientCert } = current();
       const cert = kubeconfigOptions.clientCert ?? clientCert;
       const user = kubeconfigOptions.auth === "token"
         ? { token: kubeconfigOptions.token ?? token }
@@ -633,7 +791,7 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
       });
     },
     issueToken,
-    issueClientCert: (subject) => issueCert(ca, { subject, usages: ["clientAuth"] }),
+    issueClientCert: (subject) => issueCert(current().ca, { subject, usages: ["clientAuth"] }),
     getObject(path) {
       const stored = store.get(objectPath(routeOf(path)));
       return stored ? render(stored) : undefined;
@@ -662,8 +820,8 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
       await listen(port);
       listening = true;
     },
-    close: stop,
-    [Symbol.asyncDispose]: stop,
+    close,
+    [Symbol.asyncDispose]: close,
   };
 }
 

@@ -1,0 +1,54 @@
+/**
+ * The cluster PKI a kubeadm init writes (`<pki>/ca.{crt,key}`,
+ * `<pki>/apiserver.{crt,key}`), loaded for the fake API server to serve as
+ * kube-apiserver would: TLS with `apiserver.crt` (chain with the CA), client
+ * certificates checked against `ca.crt`; `ca.key` is what kube-controller-
+ * manager signs with.
+ *
+ * @module
+ */
+import { type KubeletCa, parseKubeletCa } from "../../src/joinservice/kubeletca.ts";
+import type { TestCa } from "./pki.ts";
+
+/** The TLS material of a cluster, ready for `node:https`. */
+export interface ClusterPki {
+  /** The cluster CA (key non-extractable; `keyPem` is the file's content). */
+  ca: TestCa;
+  /** The same CA, as kubelet certificates are signed with it. */
+  signer: KubeletCa;
+  /** `apiserver.crt` followed by `ca.crt`. */
+  serverChainPem: string;
+  serverKeyPem: string;
+}
+
+const FILES = ["ca.crt", "ca.key", "apiserver.crt", "apiserver.key"] as const;
+
+/**
+ * Loads the cluster PKI from `pkiDir`; undefined while any file is missing
+ * or does not hold a matching CA certificate and key yet (kubeadm is
+ * still writing them).
+ */
+export async function loadClusterPki(pkiDir: string): Promise<ClusterPki | undefined> {
+  let texts: string[];
+  try {
+    texts = await Promise.all(FILES.map((name) => Deno.readTextFile(`${pkiDir}/${name}`)));
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return undefined;
+    throw error;
+  }
+  const [caPem, caKeyPem, serverPem, serverKeyPem] = texts;
+  let loaded;
+  try {
+    loaded = await parseKubeletCa(caPem, caKeyPem);
+  } catch {
+    return undefined;
+  }
+  const { certificate, privateKey } = loaded;
+  const publicKey = await certificate.publicKey.export();
+  return {
+    signer: loaded,
+    ca: { cert: certificate, keys: { privateKey, publicKey }, certPem: caPem, keyPem: caKeyPem },
+    serverChainPem: serverPem.trimEnd() + "\n" + caPem,
+    serverKeyPem,
+  };
+}
