@@ -95,7 +95,7 @@ export interface StateDiskCallOptions {
 
 /** cryptsetup's exit code for "no key available with this passphrase". */
 const EXIT_WRONG_PASSPHRASE = 2;
-/** cryptsetup's exit code for "device does not exist or access denied" / not LUKS. */
+/** cryptsetup's exit code for "device does not exist or access denied". */
 const EXIT_WRONG_DEVICE = 4;
 
 /** The state disk over cryptsetup. */
@@ -118,7 +118,7 @@ export class LuksStateDisk {
   uuid(options: StateDiskCallOptions = {}): Promise<string> {
     return this.#serialized(async () => {
       const output = await this.#cryptsetup(["luksUUID", ...this.#target()], {}, options);
-      if (!output.success) throw this.#failure("reading the LUKS UUID", output);
+      if (!output.success) throw await this.#failure("reading the LUKS UUID", output, options);
       const uuid = output.stdout.trim().toLowerCase();
       if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(uuid)) {
         throw new StateDiskError("cryptsetup-failed", `${this.#name()}: cryptsetup printed no UUID`);
@@ -139,7 +139,7 @@ export class LuksStateDisk {
         {},
         options,
       );
-      if (!output.success) throw this.#failure("reading the LUKS2 metadata", output);
+      if (!output.success) throw await this.#failure("reading the LUKS2 metadata", output, options);
       let token: unknown;
       try {
         token = (JSON.parse(output.stdout) as { tokens?: Record<string, unknown> }).tokens?.["0"];
@@ -197,7 +197,7 @@ export class LuksStateDisk {
             { exitCode: changed.code },
           );
         }
-        throw this.#failure("changing the passphrase", changed);
+        throw await this.#failure("changing the passphrase", changed, options);
       }
       const token = JSON.stringify({ type: STATE_DISK_TOKEN_TYPE, keyslots: [], diskIsInitialized: true });
       const imported = await this.#cryptsetup(
@@ -230,7 +230,7 @@ export class LuksStateDisk {
       );
       if (output.success) return true;
       if (output.code === EXIT_WRONG_PASSPHRASE) return false;
-      throw this.#failure("testing a passphrase", output);
+      throw await this.#failure("testing a passphrase", output, options);
     });
   }
 
@@ -255,11 +255,16 @@ export class LuksStateDisk {
     return header === undefined ? `state disk ${device}` : `state disk ${device} (header ${header})`;
   }
 
-  #failure(what: string, output: ToolOutput): StateDiskError {
-    const reason: StateDiskFailure = output.code === EXIT_WRONG_DEVICE ? "not-luks" : "cryptsetup-failed";
+  /** An error for a failed run; a device without a LUKS header is told apart (`cryptsetup isLuks`). */
+  async #failure(what: string, output: ToolOutput, options: StateDiskCallOptions): Promise<StateDiskError> {
+    // luksUUID fails with a bare exit code 1 and no message on a device that is not LUKS: ask.
+    const notLuks = output.code === EXIT_WRONG_DEVICE ||
+      (output.code === 1 && !(await this.#cryptsetup(["isLuks", ...this.#target()], {}, options)).success);
     return new StateDiskError(
-      reason,
-      `${this.#name()}: ${what} failed (${exitStatus(output)}): ${stderrExcerpt(output.stderr)}`,
+      notLuks ? "not-luks" : "cryptsetup-failed",
+      `${this.#name()}: ${what} failed (${exitStatus(output)})${notLuks ? ": not a LUKS device" : ""}: ${
+        stderrExcerpt(output.stderr)
+      }`,
       { exitCode: output.code },
     );
   }

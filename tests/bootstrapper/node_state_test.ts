@@ -44,9 +44,12 @@ Deno.test("node state: written 0600 under missing directories, read back, replac
     // A second write (a retry after a failure) replaces the file instead of failing on O_EXCL.
     await writeNodeState(path, { role: "ControlPlane", measurementSalt: SALT });
     assert.deepEqual(await readNodeState(path), { role: "ControlPlane", measurementSalt: SALT });
-    assert.deepEqual((await Array.fromAsync(Deno.readDir(`${dir}/run/state/constellation`))).map((e) => e.name), [
-      "node_state.json",
-    ]);
+    assert.deepEqual(
+      (await Array.fromAsync(Deno.readDir(`${dir}/run/state/constellation`))).map((e) => e.name),
+      [
+        "node_state.json",
+      ],
+    );
   });
 });
 
@@ -91,7 +94,10 @@ Deno.test("node state: a missing or malformed file is a NodeStateError with its 
 
 Deno.test("node state: an empty salt is refused before anything is written", async () => {
   await withDir(async (dir) => {
-    await assert.rejects(writeNodeState(`${dir}/s.json`, { role: "Worker", measurementSalt: new Uint8Array() }), RangeError);
+    await assert.rejects(
+      writeNodeState(`${dir}/s.json`, { role: "Worker", measurementSalt: new Uint8Array() }),
+      RangeError,
+    );
     assert.deepEqual(await Array.fromAsync(Deno.readDir(dir)), []);
   });
 });

@@ -56,7 +56,8 @@ export async function recordingTool(): Promise<RecordingTool> {
     env: (extra = {}) => ({ RECORDING_TOOL_DIR: dir, ...extra }),
     printStdout: (text) => Deno.writeTextFile(`${dir}/stdout`, text),
     printStderr: (text) => Deno.writeTextFile(`${dir}/stderr`, text),
-    exitWith: (code, call) => Deno.writeTextFile(`${dir}/${call === undefined ? "exit" : `exit.${call}`}`, `${code}`),
+    exitWith: (code, call) =>
+      Deno.writeTextFile(`${dir}/${call === undefined ? "exit" : `exit.${call}`}`, `${code}`),
     sleep: (seconds) => Deno.writeTextFile(`${dir}/sleep`, `${seconds}`),
     async calls() {
       const count = Number(await Deno.readTextFile(`${dir}/count`).catch(() => "0"));
@@ -70,7 +71,8 @@ export async function recordingTool(): Promise<RecordingTool> {
           }),
         );
         const config = await Deno.readTextFile(`${dir}/config.${n}`).catch(() => undefined);
-        const configMode = (await Deno.readTextFile(`${dir}/config-mode.${n}`).catch(() => undefined))?.trim();
+        const configMode = (await Deno.readTextFile(`${dir}/config-mode.${n}`).catch(() => undefined))
+          ?.trim();
         calls.push({ argv, env, config, configMode });
       }
       return calls;
