@@ -46,6 +46,8 @@ export interface RunToolOptions {
 export interface ToolOutput {
   /** Exit code (null when killed by a signal). */
   code: number | null;
+  /** The signal that killed it, if one did. */
+  signal: Deno.Signal | null;
   /** Whether it exited 0. */
   success: boolean;
   /** stdout, redacted. */
@@ -109,6 +111,7 @@ export async function runTool(binary: string, args: readonly string[], options: 
   const decoder = new TextDecoder();
   return {
     code: output.signal ? null : output.code,
+    signal: output.signal,
     success: output.success,
     stdout: redactValues(decoder.decode(output.stdout), redact),
     stderr: redactValues(decoder.decode(output.stderr), redact),
@@ -125,17 +128,17 @@ export function redactValues(text: string, values: readonly string[]): string {
 
 /**
  * A one-line, bounded excerpt of a tool's stderr for error messages:
- * trimmed lines joined with " | ", at most 500 characters.
+ * trimmed lines joined with " | ", at most `maxChars` (default 500) characters.
  */
-export function stderrExcerpt(stderr: string): string {
+export function stderrExcerpt(stderr: string, maxChars: number = MAX_EXCERPT_CHARS): string {
   const text = stderr.split("\n").map((line) => line.trim()).filter(Boolean).join(" | ");
   if (text === "") return "no error output";
-  return text.length > MAX_EXCERPT_CHARS ? `${text.slice(0, MAX_EXCERPT_CHARS)}…` : text;
+  return text.length > maxChars ? `${text.slice(0, maxChars)}…` : text;
 }
 
-/** How a finished tool ended, for messages: "exit code 2" or "killed by a signal". */
+/** How a finished tool ended, for messages: "exit code 2" or "killed by SIGKILL". */
 export function exitStatus(output: ToolOutput): string {
-  return output.code === null ? "killed by a signal" : `exit code ${output.code}`;
+  return output.code === null ? `killed by ${output.signal ?? "a signal"}` : `exit code ${output.code}`;
 }
 
 function abortedError(binary: string, signal: AbortSignal): ToolError {

@@ -8,16 +8,12 @@ import {
   readNodeState,
   writeNodeState,
 } from "../../src/bootstrapper/node_state.ts";
+import { withTempDir } from "../support/temp_dir.ts";
 
 const SALT = new TextEncoder().encode("Salt"); // "U2FsdA==", the reference's unit-test value
 
-async function withDir(test: (dir: string) => Promise<void>): Promise<void> {
-  const dir = await Deno.makeTempDir({ prefix: "node-state-" });
-  try {
-    await test(dir);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+function withDir(test: (dir: string) => Promise<void>): Promise<void> {
+  return withTempDir("node-state-", test);
 }
 
 Deno.test("node state: the exact bytes of the reference (tab indent, standard base64, no trailing newline)", () => {

@@ -4,13 +4,8 @@ import { NodeLock } from "../../src/bootstrapper/nodelock.ts";
 import { isNodeBound, TpmClusterMarker } from "../../src/bootstrapper/pcr15.ts";
 import { readPcr } from "../../src/attestation/tpm/pcr.ts";
 import { TpmToolError } from "../../src/attestation/tpm/tools.ts";
+import { sha256 } from "../support/digest.ts";
 import { startSwtpm } from "../support/swtpm.ts";
-
-async function sha256(...parts: Uint8Array[]): Promise<Uint8Array> {
-  const joined = new Uint8Array(parts.reduce((n, part) => n + part.length, 0));
-  parts.reduce((offset, part) => (joined.set(part, offset), offset + part.length), 0);
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", joined));
-}
 
 Deno.test("pcr15: a fresh TPM is not bound; the marker makes PCR 15 = SHA256(0^32 ‖ SHA256(id)) and bound", async () => {
   const swtpm = await startSwtpm();

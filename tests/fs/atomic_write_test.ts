@@ -1,14 +1,10 @@
 /** Atomic file writes: content, mode, replacement, and nothing left behind on failure. */
 import assert from "node:assert/strict";
 import { AtomicWriteError, removeIfExists, writeFileAtomic } from "../../src/fs/atomic_write.ts";
+import { withTempDir } from "../support/temp_dir.ts";
 
-async function withDir(test: (dir: string) => Promise<void>): Promise<void> {
-  const dir = await Deno.makeTempDir({ prefix: "atomic-write-" });
-  try {
-    await test(dir);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+function withDir(test: (dir: string) => Promise<void>): Promise<void> {
+  return withTempDir("atomic-write-", test);
 }
 
 async function entries(dir: string): Promise<string[]> {

@@ -7,12 +7,13 @@
 #             or sleeps for the seconds in `sleep`,
 #             or exits with the code in exit.N, else in `exit`, else 0.
 set -u
-PATH=/usr/bin:/bin
 dir="${RECORDING_TOOL_DIR:?RECORDING_TOOL_DIR is not set}"
+# The environment as given, before this script sets its own PATH.
+/usr/bin/env > "$dir/env.current"
+PATH=/usr/bin:/bin
 n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
-echo "$n" > "$dir/count"
+mv "$dir/env.current" "$dir/env.$n"
 printf '%s\0' "$@" > "$dir/argv.$n"
-env > "$dir/env.$n"
 previous=""
 for arg in "$@"; do
   if [ "$previous" = "--config" ]; then
@@ -21,6 +22,8 @@ for arg in "$@"; do
   fi
   previous="$arg"
 done
+# Counted last, so a reader that sees the count finds the whole record.
+echo "$n" > "$dir/count.new" && mv "$dir/count.new" "$dir/count"
 if [ -f "$dir/stdout" ]; then cat "$dir/stdout"; fi
 if [ -f "$dir/stderr" ]; then cat "$dir/stderr" >&2; fi
 if [ -n "${RECORDING_TOOL_EXEC:-}" ]; then exec "$RECORDING_TOOL_EXEC" "$@"; fi
