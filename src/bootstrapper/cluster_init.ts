@@ -40,7 +40,7 @@ import {
   NODE_VERSION_NAME,
   NODE_VERSIONS,
 } from "../joinservice/components.ts";
-import { k8sCompliantHostname } from "../joinservice/nodename.ts";
+import { k8sCompliantHostname } from "../kubernetes/nodename.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 import type { ClusterInitializer, ClusterInitParameters, SignalOptions } from "./initserver.ts";

@@ -35,7 +35,7 @@ import {
 import { SharedLoad } from "../async/shared_load.ts";
 import { fileStamp } from "../fs/file_stamp.ts";
 import type { ApiServerEndpointSource, KubeletSigner } from "./dependencies.ts";
-import { k8sCompliantHostname, NodeNameError, nodeNameFromCommonName } from "./nodename.ts";
+import { k8sCompliantHostname, NodeNameError, nodeNameFromCommonName } from "../kubernetes/nodename.ts";
 import { reject } from "./rejections.ts";
 
 /** Where kubeadm keeps the cluster CA. */

@@ -6,13 +6,8 @@ import { extendPcr15, isNodeBootstrapped, readPcr, readPcrs } from "../../src/at
 import { TpmToolError } from "../../src/attestation/tpm/tools.ts";
 import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
 import { silentLogger } from "../../src/log/logger.ts";
+import { sha256 } from "../support/digest.ts";
 import { startSwtpm } from "../support/swtpm.ts";
-
-async function sha256(...parts: Uint8Array[]): Promise<Uint8Array> {
-  const joined = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  parts.reduce((offset, part) => (joined.set(part, offset), offset + part.length), 0);
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", joined));
-}
 
 Deno.test("tpm pcr: extending PCR 15 with the cluster ID marks the node and breaks a PCR15=0 policy", async () => {
   const swtpm = await startSwtpm();

@@ -17,6 +17,7 @@
  *
  * @module
  */
+import { exitStatus, runTool, stderrExcerpt, ToolError, type ToolOutput } from "../../os/run_tool.ts";
 
 /** TCTI of the kernel's resource-managed TPM device. */
 export const DEFAULT_TCTI = "device:/dev/tpmrm0";
@@ -126,55 +127,30 @@ async function run(
   args: string[],
   { signal, stdin }: RunTpmToolOptions = {},
 ): Promise<Uint8Array> {
-  signal?.throwIfAborted();
-  let child: Deno.ChildProcess;
+  let output: ToolOutput;
   try {
-    child = new Deno.Command(tool, {
-      args,
-      clearEnv: true,
-      env: { TPM2TOOLS_TCTI: tpm.tcti },
-      stdin: stdin ? "piped" : "null",
-      stdout: "piped",
-      stderr: "piped",
-      signal,
-    }).spawn();
+    output = await runTool(tool, args, { env: { TPM2TOOLS_TCTI: tpm.tcti }, stdin, signal });
   } catch (error) {
-    if (error instanceof Deno.errors.NotFound) {
-      throw new TpmToolError(tool, null, `${tool} not found: install tpm2-tools`);
+    if (!(error instanceof ToolError)) throw error;
+    switch (error.reason) {
+      case "aborted":
+        throw signal?.reason ?? error;
+      case "not-found":
+        throw new TpmToolError(tool, null, `${tool} not found: install tpm2-tools`);
+      case "not-permitted":
+        throw new TpmToolError(tool, null, `not allowed to run ${tool}: grant --allow-run=${tool}`);
+      default:
+        throw new TpmToolError(tool, null, error.message);
     }
-    if (error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied) {
-      throw new TpmToolError(tool, null, `not allowed to run ${tool}: grant --allow-run=${tool}`);
-    }
-    throw new TpmToolError(tool, null, `${tool} could not start: ${(error as Error).message}`);
   }
-  const pending = child.output();
-  // A tool that exits before reading its input reports why through its exit code and stderr.
-  if (stdin) await writeAll(child.stdin, stdin).catch(() => {});
-  const output = await pending;
-  signal?.throwIfAborted();
   if (!output.success) {
-    const status = output.signal ? `killed by ${output.signal}` : `exit code ${output.code}`;
     throw new TpmToolError(
       tool,
-      output.signal ? null : output.code,
-      `${tool} ${args.join(" ")} failed (${status}): ${summarize(output.stderr)}`,
+      output.code,
+      `${tool} ${args.join(" ")} failed (${exitStatus(output)}): ${
+        stderrExcerpt(output.stderr, MAX_STDERR_CHARS)
+      }`,
     );
   }
-  return output.stdout;
-}
-
-async function writeAll(stream: WritableStream<Uint8Array>, bytes: Uint8Array): Promise<void> {
-  const writer = stream.getWriter();
-  try {
-    await writer.write(bytes);
-  } finally {
-    await writer.close();
-  }
-}
-
-function summarize(stderr: Uint8Array): string {
-  const text = new TextDecoder().decode(stderr).trim().split("\n").map((line) => line.trim()).filter(Boolean)
-    .join(" | ");
-  if (!text) return "no error output";
-  return text.length > MAX_STDERR_CHARS ? `${text.slice(0, MAX_STDERR_CHARS)}…` : text;
+  return output.stdoutBytes;
 }

@@ -3,7 +3,7 @@ import {
   k8sCompliantHostname,
   NodeNameError,
   nodeNameFromCommonName,
-} from "../../src/joinservice/nodename.ts";
+} from "../../src/kubernetes/nodename.ts";
 
 Deno.test("k8sCompliantHostname normalizes the original's cases", () => {
   assert.equal(k8sCompliantHostname("test"), "test");

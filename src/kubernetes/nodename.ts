@@ -1,6 +1,7 @@
 /**
  * Node names: how a joining node's name is read from its kubelet CSR and
- * normalized into a Kubernetes object name.
+ * normalized into a Kubernetes object name. The join service (CSR checks)
+ * and the bootstrapper (kubeadm's node name) share this one rule.
  *
  * The original join service's regex rejected every name with a dot (a Go
  * raw-string escaping slip, reference §2.9); the design normalizes names the

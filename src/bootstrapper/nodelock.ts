@@ -1,0 +1,75 @@
+/**
+ * The node lock (reference §3): a one-way switch from unlocked to locked that
+ * decides whether this node is initialized as the first node of a cluster or
+ * joins one. Init and join race for it; exactly one wins.
+ *
+ * Winning marks the node as bound to the cluster (PCR 15, see `pcr15.ts`).
+ * The switch flips before marking starts and never flips back, also when
+ * marking fails: a half-extended PCR cannot be undone, so the node must not
+ * accept another init or join in this boot (the point of no return). The
+ * failure is the winner's to report.
+ *
+ * @module
+ */
+
+/** Marks the node as bound to a cluster (e.g. measures the cluster ID into PCR 15). */
+export interface ClusterMarker {
+  /** Marks the node with `clusterId`; called at most once per node lock. */
+  mark(clusterId: Uint8Array, options?: { signal?: AbortSignal }): Promise<void>;
+}
+
+/** Where a node lock stands. */
+export type NodeLockState =
+  /** Nobody has taken the lock. */
+  | "unlocked"
+  /** The winner's marking runs. */
+  | "marking"
+  /** Taken and marked. */
+  | "marked"
+  /** Taken, but marking failed: the node stays locked and must be wiped or rebooted. */
+  | "mark-failed";
+
+/** The one-way lock that init and join race for. */
+export class NodeLock {
+  readonly #marker: ClusterMarker;
+  #state: NodeLockState = "unlocked";
+
+  /** A lock that marks the node through `marker` when taken. */
+  constructor(marker: ClusterMarker) {
+    this.#marker = marker;
+  }
+
+  /**
+   * Takes the lock for `clusterId`: true for exactly one caller ever, whose
+   * marking runs exactly once; false for every other caller, at once and
+   * without touching the marker.
+   *
+   * A signal already aborted when the call starts rejects with its reason
+   * and leaves the lock untouched. Once taken, the lock stays taken: if
+   * marking fails (or is aborted) the call rejects with that error.
+   */
+  async tryLock(clusterId: Uint8Array, options: { signal?: AbortSignal } = {}): Promise<boolean> {
+    options.signal?.throwIfAborted();
+    // Checked and flipped in one synchronous step: no other caller can run in between.
+    if (this.#state !== "unlocked") return false;
+    this.#state = "marking";
+    try {
+      await this.#marker.mark(clusterId, options);
+    } catch (error) {
+      this.#state = "mark-failed";
+      throw error;
+    }
+    this.#state = "marked";
+    return true;
+  }
+
+  /** "none" until some caller has taken the lock, "taken" from then on (for diagnostics). */
+  get holder(): "none" | "taken" {
+    return this.#state === "unlocked" ? "none" : "taken";
+  }
+
+  /** The detailed state, for logs and status. */
+  get state(): NodeLockState {
+    return this.#state;
+  }
+}

@@ -1,0 +1,75 @@
+/** The node lock: exactly one winner, one marking, and no way back (reference §3.1). */
+import assert from "node:assert/strict";
+import { type ClusterMarker, NodeLock } from "../../src/bootstrapper/nodelock.ts";
+
+/** A marker that records its calls and can be made to fail or to wait. */
+class FakeMarker implements ClusterMarker {
+  calls: Uint8Array[] = [];
+  failWith?: Error;
+  gate?: Promise<void>;
+
+  async mark(clusterId: Uint8Array): Promise<void> {
+    this.calls.push(clusterId);
+    await this.gate;
+    if (this.failWith) throw this.failWith;
+  }
+}
+
+const clusterId = (byte: number) => new Uint8Array(32).fill(byte);
+
+Deno.test("nodelock: 12 concurrent callers, exactly one wins and the marker runs once with its ID", async () => {
+  const marker = new FakeMarker();
+  let release!: () => void;
+  marker.gate = new Promise((resolve) => release = resolve);
+  const lock = new NodeLock(marker);
+  assert.equal(lock.holder, "none");
+  const attempts = Array.from({ length: 12 }, (_, i) => lock.tryLock(clusterId(i)));
+  // Losers answer at once, while the winner is still marking.
+  assert.equal(lock.holder, "taken");
+  assert.equal(lock.state, "marking");
+  release();
+  const results = await Promise.all(attempts);
+  assert.deepEqual(results.filter((won) => won).length, 1);
+  assert.equal(results[0], true);
+  assert.equal(marker.calls.length, 1);
+  assert.deepEqual(marker.calls[0], clusterId(0));
+  assert.equal(lock.state, "marked");
+});
+
+Deno.test("nodelock: after a successful lock, 10 concurrent callers all get false and never mark", async () => {
+  const marker = new FakeMarker();
+  const lock = new NodeLock(marker);
+  assert.equal(await lock.tryLock(clusterId(1)), true);
+  const results = await Promise.all(Array.from({ length: 10 }, () => lock.tryLock(clusterId(2))));
+  assert.deepEqual(results, Array(10).fill(false));
+  assert.equal(marker.calls.length, 1);
+});
+
+Deno.test("nodelock: a marking failure rejects and the lock stays taken (point of no return)", async () => {
+  const marker = new FakeMarker();
+  marker.failWith = new Error("TPM refused the extend");
+  const lock = new NodeLock(marker);
+  await assert.rejects(lock.tryLock(clusterId(1)), /TPM refused the extend/);
+  assert.equal(lock.holder, "taken");
+  assert.equal(lock.state, "mark-failed");
+  marker.failWith = undefined;
+  assert.equal(await lock.tryLock(clusterId(1)), false);
+  assert.equal(marker.calls.length, 1);
+});
+
+Deno.test("nodelock: an already aborted signal leaves the lock free; the signal reaches the marker", async () => {
+  const seen: (AbortSignal | undefined)[] = [];
+  const lock = new NodeLock({
+    mark(_id, options) {
+      seen.push(options?.signal);
+      return Promise.resolve();
+    },
+  });
+  const aborted = new AbortController();
+  aborted.abort(new Error("shutting down"));
+  await assert.rejects(lock.tryLock(clusterId(1), { signal: aborted.signal }), /shutting down/);
+  assert.equal(lock.holder, "none");
+  const live = new AbortController();
+  assert.equal(await lock.tryLock(clusterId(1), { signal: live.signal }), true);
+  assert.deepEqual(seen, [live.signal]);
+});

@@ -1,0 +1,268 @@
+/**
+ * The LUKS2 state disk against real cryptsetup on file-backed containers
+ * (reference §7; platform notes §11: header operations need no device-mapper).
+ */
+import assert from "node:assert/strict";
+import {
+  LuksStateDisk,
+  type LuksStateDiskOptions,
+  StateDiskError,
+} from "../../src/bootstrapper/state_disk.ts";
+import { recordingTool } from "../support/recording_tool.ts";
+
+/** Cheap key derivation so tests stay fast; production keeps cryptsetup's default (argon2id). */
+const FAST_PBKDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
+const CONTAINER_BYTES = 20 << 20; // a LUKS2 header takes 16 MiB; sparse, so it costs no disk space
+
+interface Fixture {
+  dir: string;
+  device: string;
+  initialKeyFile: string;
+  initialKey: Uint8Array;
+  disk(options?: Partial<LuksStateDiskOptions>): LuksStateDisk;
+}
+
+async function cryptsetup(args: string[], stdin?: Uint8Array): Promise<Deno.CommandOutput> {
+  const child = new Deno.Command("cryptsetup", {
+    args,
+    clearEnv: true,
+    stdin: stdin ? "piped" : "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  if (stdin) {
+    const writer = child.stdin.getWriter();
+    await writer.write(stdin);
+    await writer.close();
+  }
+  const output = await child.output();
+  if (!output.success) throw new Error(`cryptsetup ${args[0]}: ${new TextDecoder().decode(output.stderr)}`);
+  return output;
+}
+
+/** A fresh LUKS2 container as the disk-mapper leaves it: initial key in keyslot 0, token 0 not initialized. */
+async function withDisk(
+  test: (fixture: Fixture) => Promise<void>,
+  options: { detachedHeader?: boolean } = {},
+) {
+  const dir = await Deno.makeTempDir({ prefix: "state-disk-" });
+  try {
+    const device = `${dir}/state.img`;
+    const header = options.detachedHeader ? `${dir}/state.hdr` : undefined;
+    for (const file of [device, header]) {
+      if (file) {
+        await Deno.writeFile(file, new Uint8Array()).then(() => Deno.truncate(file, CONTAINER_BYTES));
+      }
+    }
+    // Key bytes that break line-based or text-based handling: a newline, a NUL, high bytes.
+    const initialKey = new Uint8Array([...crypto.getRandomValues(new Uint8Array(30)), 0x0a, 0x00]);
+    const initialKeyFile = `${dir}/state.key`;
+    await Deno.writeFile(initialKeyFile, initialKey, { mode: 0o400 });
+    const target = header ? ["--header", header, device] : [device];
+    await cryptsetup([
+      "luksFormat",
+      "--type",
+      "luks2",
+      "--batch-mode",
+      ...FAST_PBKDF,
+      "--key-file",
+      initialKeyFile,
+      ...target,
+    ]);
+    await cryptsetup(
+      ["token", "import", "--token-id", "0", ...target],
+      new TextEncoder().encode('{"type":"constellation-state-disk","keyslots":[],"diskIsInitialized":false}'),
+    );
+    await test({
+      dir,
+      device,
+      initialKeyFile,
+      initialKey,
+      disk: (extra = {}) =>
+        new LuksStateDisk({
+          device,
+          header,
+          initialPassphraseFile: initialKeyFile,
+          pbkdf: { type: "pbkdf2", forceIterations: 1000 },
+          ...extra,
+        }),
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+function newKey(): Uint8Array {
+  return new Uint8Array([0x0a, ...crypto.getRandomValues(new Uint8Array(30)), 0x00]);
+}
+
+async function digest(path: string): Promise<string> {
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", await Deno.readFile(path))).toHex();
+}
+
+for (const detachedHeader of [false, true]) {
+  const kind = detachedHeader ? "detached header" : "container file";
+  Deno.test(`state disk (${kind}): uuid, not initialized, change passphrase, initialized, old key dead, new key opens`, async () => {
+    await withDisk(async ({ device, initialKey, disk }) => {
+      const stateDisk = disk();
+      const uuid = await stateDisk.uuid();
+      assert.match(uuid, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+      if (!detachedHeader) {
+        const printed = new TextDecoder().decode((await cryptsetup(["luksUUID", device])).stdout).trim();
+        assert.equal(uuid, printed.toLowerCase());
+      }
+      assert.equal(await stateDisk.isInitialized(), false);
+      assert.equal(await stateDisk.testPassphrase(initialKey), true);
+
+      const key = newKey();
+      await stateDisk.changePassphrase(key);
+      assert.equal(await stateDisk.isInitialized(), true);
+      assert.equal(await stateDisk.testPassphrase(key), true);
+      assert.equal(await stateDisk.testPassphrase(initialKey), false);
+      // A prefix of the key (what a line-based reader would take) must not open it either.
+      assert.equal(await stateDisk.testPassphrase(key.subarray(1)), false);
+      assert.equal(await stateDisk.uuid(), uuid);
+    }, { detachedHeader });
+  });
+}
+
+Deno.test("state disk: a disk without token 0 is not initialized", async () => {
+  await withDisk(async ({ device, disk }) => {
+    await cryptsetup(["token", "remove", "--token-id", "0", device]);
+    assert.equal(await disk().isInitialized(), false);
+  });
+});
+
+Deno.test("state disk: a wrong initial passphrase is refused with its reason and leaves the disk unchanged", async () => {
+  await withDisk(async ({ dir, device, initialKey, disk }) => {
+    const wrongFile = `${dir}/wrong.key`;
+    await Deno.writeFile(wrongFile, crypto.getRandomValues(new Uint8Array(32)));
+    const before = await digest(device);
+    const stateDisk = disk({ initialPassphraseFile: wrongFile });
+    await assert.rejects(stateDisk.changePassphrase(newKey()), (error) => {
+      assert.ok(error instanceof StateDiskError);
+      assert.equal(error.reason, "initial-passphrase-wrong");
+      assert.equal(error.exitCode, 2);
+      assert.match(error.message, /wrong\.key does not open keyslot 0/);
+      return true;
+    });
+    assert.equal(await digest(device), before);
+    assert.equal(await stateDisk.isInitialized(), false);
+    assert.equal(await stateDisk.testPassphrase(initialKey), true);
+  });
+});
+
+Deno.test("state disk: a missing initial passphrase file is refused before cryptsetup runs; disk unchanged", async () => {
+  await withDisk(async ({ dir, device, disk }) => {
+    const before = await digest(device);
+    await assert.rejects(
+      disk({ initialPassphraseFile: `${dir}/absent.key` }).changePassphrase(newKey()),
+      (error) => {
+        assert.ok(error instanceof StateDiskError);
+        assert.equal(error.reason, "initial-passphrase-missing");
+        assert.match(error.message, /absent\.key does not exist/);
+        return true;
+      },
+    );
+    assert.equal(await digest(device), before);
+  });
+});
+
+Deno.test("state disk: a file that is not LUKS gives reason not-luks; a missing cryptsetup is unavailable", async () => {
+  await withDisk(async ({ dir, initialKeyFile }) => {
+    const plain = `${dir}/plain.img`;
+    await Deno.writeFile(plain, new Uint8Array(1 << 20));
+    await assert.rejects(
+      new LuksStateDisk({ device: plain, initialPassphraseFile: initialKeyFile }).uuid(),
+      (error) => {
+        assert.ok(error instanceof StateDiskError);
+        assert.equal(error.reason, "not-luks");
+        assert.match(error.message, /not a LUKS device/);
+        return true;
+      },
+    );
+    const missingTool = new LuksStateDisk({
+      device: plain,
+      initialPassphraseFile: initialKeyFile,
+      cryptsetup: `${dir}/no-such-cryptsetup`,
+    });
+    await assert.rejects(missingTool.uuid(), (error) => {
+      assert.ok(error instanceof StateDiskError);
+      assert.equal(error.reason, "cryptsetup-unavailable");
+      return true;
+    });
+  });
+});
+
+Deno.test("state disk: an aborted call is reason aborted", async () => {
+  await withDisk(async ({ disk }) => {
+    const controller = new AbortController();
+    controller.abort();
+    await assert.rejects(disk().uuid({ signal: controller.signal }), (error) => {
+      assert.ok(error instanceof StateDiskError);
+      assert.equal(error.reason, "aborted");
+      return true;
+    });
+  });
+});
+
+Deno.test("state disk: calls are serialized in call order (a test issued after a change sees the new key)", async () => {
+  await withDisk(async ({ initialKey, disk }) => {
+    const stateDisk = disk();
+    const key = newKey();
+    const [, newOpens, oldOpens, initialized] = await Promise.all([
+      stateDisk.changePassphrase(key),
+      stateDisk.testPassphrase(key),
+      stateDisk.testPassphrase(initialKey),
+      stateDisk.isInitialized(),
+    ]);
+    assert.deepEqual([newOpens, oldOpens, initialized], [true, false, true]);
+  });
+});
+
+Deno.test("state disk: no key ever reaches cryptsetup's argv, and no temporary file is left", async () => {
+  const recorder = await recordingTool();
+  try {
+    await withDisk(async ({ dir, initialKey, disk }) => {
+      const cryptsetupPath = await findOnPath("cryptsetup");
+      const stateDisk = disk({
+        cryptsetup: recorder.binary,
+        env: recorder.env({ RECORDING_TOOL_EXEC: cryptsetupPath }),
+      });
+      const key = newKey();
+      const before = (await Array.fromAsync(Deno.readDir(dir))).map((entry) => entry.name).sort();
+      await stateDisk.changePassphrase(key);
+      assert.equal(await stateDisk.testPassphrase(key), true);
+      assert.equal(await stateDisk.testPassphrase(initialKey), false);
+      const calls = await recorder.calls();
+      assert.deepEqual(calls.map((call) => call.argv.find((arg) => !arg.startsWith("-"))), [
+        "luksChangeKey",
+        "token",
+        "open",
+        "open",
+      ]);
+      const argv = calls.flatMap((call) => call.argv).join(" ");
+      for (const secret of [key, initialKey]) {
+        for (
+          const form of [secret.toHex(), secret.toBase64(), new TextDecoder().decode(secret.subarray(1, 20))]
+        ) {
+          assert.ok(!argv.includes(form), `a key appears on argv: ${argv}`);
+        }
+      }
+      // The keys went through stdin ("-"), the initial one stayed in its file.
+      assert.ok(calls[0].argv.includes("--key-file") && calls[0].argv.at(-1) === "-");
+      assert.ok(calls[2].argv.includes("--key-file=-"));
+      assert.deepEqual((await Array.fromAsync(Deno.readDir(dir))).map((entry) => entry.name).sort(), before);
+    });
+  } finally {
+    await recorder.remove();
+  }
+});
+
+async function findOnPath(name: string): Promise<string> {
+  for (const dir of (Deno.env.get("PATH") ?? "").split(":").concat(["/usr/sbin", "/sbin"])) {
+    const candidate = `${dir}/${name}`;
+    if (await Deno.stat(candidate).then((info) => info.isFile, () => false)) return candidate;
+  }
+  throw new Error(`${name} is not installed: apt-get install cryptsetup-bin`);
+}
