@@ -45,7 +45,9 @@ export interface LockHooks {
 
 /** What {@linkcode runBootstrapper} drives. */
 export interface RunDependencies {
+  /** Whether the node is already bound to a cluster. */
   binding: ClusterBinding;
+  /** Starts the kubelet of a bound node. */
   kubelet: KubeletStarter;
   /** Starts the init server; resolves once it listens. */
   startInitServer(hooks: LockHooks): Promise<RunningInitServer>;
@@ -56,6 +58,7 @@ export interface RunDependencies {
    * signal's reason.
    */
   runJoinClient(hooks: LockHooks, options: { signal: AbortSignal }): Promise<void>;
+  /** Receives one line per phase. */
   logger: Logger;
 }
 
