@@ -77,6 +77,12 @@ export interface ComponentInstallerOptions {
   maxDownloadBytes?: number;
   /** Archive bounds. */
   archiveLimits?: TarLimits;
+  /**
+   * The `ln` binary that creates the archives' symlinks; default "ln".
+   * (Deno's `Deno.symlink` needs unscoped read and write permissions, which
+   * the bootstrapper does not have.)
+   */
+  lnBinary?: string;
 }
 
 /** Downloads, verifies and installs components. */
@@ -275,9 +281,11 @@ export class ComponentInstaller {
     try {
       await Deno.mkdir(prefix, { recursive: true, mode: 0o755 });
       const realPrefix = await Deno.realPath(prefix);
+      const symlink = (target: string, path: string) =>
+        runLn(this.#options.lnBinary ?? "ln", target, path, signal);
       for await (const entry of entries()) {
         signal?.throwIfAborted();
-        await extractEntry(entry, prefix, realPrefix);
+        await extractEntry(entry, prefix, realPrefix, symlink);
       }
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
@@ -364,7 +372,12 @@ function resolveWithin(dir: string[], target: string): string[] | undefined {
 }
 
 /** The second pass: writes one (already checked) entry. */
-async function extractEntry(entry: TarEntry, prefix: string, realPrefix: string): Promise<void> {
+async function extractEntry(
+  entry: TarEntry,
+  prefix: string,
+  realPrefix: string,
+  symlink: (target: string, path: string) => Promise<void>,
+): Promise<void> {
   const name = safeName(entry.name);
   const path = `${prefix}/${name}`;
   const mode = entry.mode & 0o755;
@@ -381,8 +394,30 @@ async function extractEntry(entry: TarEntry, prefix: string, realPrefix: string)
     return;
   }
   await removeNonDirectory(path);
-  if (entry.type === "symlink") await Deno.symlink(entry.linkName, path);
+  if (entry.type === "symlink") await symlink(entry.linkName, path);
   else await Deno.link(`${prefix}/${safeName(entry.linkName)}`, path);
+}
+
+/** `ln -s -T -- target path`, with a cleared environment. */
+async function runLn(
+  binary: string,
+  target: string,
+  path: string,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const { code, stderr } = await new Deno.Command(binary, {
+    args: ["-s", "-T", "--", target, path],
+    env: {},
+    clearEnv: true,
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+    signal,
+  }).output();
+  if (code !== 0) {
+    const excerpt = new TextDecoder().decode(stderr).trim().slice(0, 200);
+    throw new Error(`${binary} -s exited with status ${code}: ${excerpt}`);
+  }
 }
 
 /** Refuses a directory that resolves (through symlinks already on disk) outside the prefix. */
