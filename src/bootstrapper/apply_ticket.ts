@@ -130,18 +130,27 @@ export interface ApplyPaths {
 
 /** What the applier needs. */
 export interface ApplyDependencies {
+  /** The node lock; taking it marks the node (PCR 15). */
   lock: NodeLockLike;
   /** Called once right after this applier took the lock (stops the init server). */
   onLocked(): void | Promise<void>;
+  /** The state disk. */
   disk: PassphraseChanger;
+  /** Writes secret files atomically. */
   writeFile: WriteFileAtomic;
+  /** Writes the node state file. */
   writeNodeState: WriteNodeState;
   /** Removes a file if it exists (helper O's `removeIfExists`); used to clean up after a terminal failure. */
   removeFile(path: string): Promise<unknown>;
+  /** Installs the ticket's Kubernetes components. */
   components: ComponentsInstaller;
+  /** Runs `kubeadm join`. */
   kubeadm: KubeadmJoiner;
+  /** Starts the kubelet unit. */
   systemd: UnitStarter;
+  /** Where the files go. */
   paths: ApplyPaths;
+  /** Structured log; never receives a secret. */
   logger: Logger;
   /** Pauses and the apply timeout; default real time. */
   timers?: Timers;

@@ -58,6 +58,7 @@ export interface ComponentInstallerDependencies {
   fetch?: typeof fetch;
   /** Backoff between download attempts; default real time. */
   timers?: Timers;
+  /** Structured log; never receives a secret. */
   logger: Logger;
 }
 

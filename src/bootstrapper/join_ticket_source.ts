@@ -81,6 +81,7 @@ export interface JoinTicketRequest {
   diskUuid: string;
   /** DER PKCS#10 CSR of the kubelet key. */
   certificateRequest: Uint8Array;
+  /** The node joins as a control plane. */
   isControlPlane: boolean;
 }
 

@@ -61,6 +61,7 @@ export interface InstanceMetadata {
   name: string;
   /** e.g. "qemu:///hostname/worker-0"; "" when unknown. */
   providerId: string;
+  /** The node's role. */
   role: NodeRole;
   /** Primary address in the cluster network; "" when it has none yet. */
   vpcIp: string;
@@ -68,6 +69,7 @@ export interface InstanceMetadata {
 
 /** Options of a metadata call. */
 export interface MetadataCallOptions {
+  /** Cancels the call. */
   signal?: AbortSignal;
   /** Bound on the call. */
   timeoutMs?: number;
@@ -103,9 +105,11 @@ export interface JoiningNode {
   metadataName: string;
   /** The normalized Kubernetes node name (CSR CN and kubeadm node name). */
   nodeName: string;
+  /** The node's role. */
   role: NodeRole;
   /** The node's address in the cluster network ("" when it has none). */
   vpcIp: string;
+  /** The node's provider ID ("" when unknown). */
   providerId: string;
   /** PEM of the kubelet key the ticket's certificate is for (a secret: never log it). */
   kubeletKeyPem: string;
@@ -134,10 +138,15 @@ export interface TicketApplier {
 
 /** What the join client needs. */
 export interface JoinClientDependencies {
+  /** This node's and its peers' metadata. */
   metadata: Metadata;
+  /** Requests tickets from join services. */
   tickets: JoinTicketSource;
+  /** The state disk. */
   disk: DiskUuidSource;
+  /** Applies the first usable ticket. */
   applier: TicketApplier;
+  /** Structured log; never receives a secret. */
   logger: Logger;
   /** Delays and deadlines; default real time. */
   timers?: Timers;

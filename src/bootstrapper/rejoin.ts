@@ -59,15 +59,21 @@ export type ReadNodeState = (path: string) => Promise<{ role: NodeRole; measurem
 
 /** What a rejoin needs. */
 export interface RejoinDependencies {
+  /** The state disk. */
   disk: RejoinDisk;
+  /** This node's and its peers' metadata. */
   metadata: Metadata;
+  /** Requests tickets from join services. */
   tickets: RejoinTicketSource;
+  /** Reads the node state file. */
   readNodeState: ReadNodeState;
   /** The node lock; taking it extends PCR 15 with the cluster ID. */
   lock: NodeLockLike;
   /** The node state file (`NodePaths.nodeState`). */
   nodeStatePath: string;
+  /** Structured log; never receives a secret. */
   logger: Logger;
+  /** Delays and deadlines; default real time. */
   timers?: Timers;
 }
 

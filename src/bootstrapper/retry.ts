@@ -86,9 +86,11 @@ export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promi
 export interface RetryOptions {
   /** Ends the loop: the pending wait or attempt rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** Delays and deadlines; default real time. */
   timers: Timers;
   /** Pause after a failed attempt. */
   intervalMs: number;
+  /** Structured log; never receives a secret. */
   logger: Logger;
   /** Errors that end the loop instead of being retried; default none. */
   isTerminal?: (error: unknown) => boolean;

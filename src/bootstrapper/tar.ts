@@ -30,6 +30,7 @@ export type TarEntryType =
 export interface TarEntry {
   /** The path as recorded (pax `path`, GNU long name or ustar prefix/name), unnormalized. */
   name: string;
+  /** What kind of entry it is. */
   type: TarEntryType;
   /** The raw type flag character. */
   typeFlag: string;
