@@ -24,19 +24,19 @@
  *
  * @module
  */
-import { create, fromBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, type Message } from "@bufbuild/protobuf";
+import type { GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { AttestationError, type Issuer } from "../attestation/attestation.ts";
 import { createAttestedRequest, openSealedResponse } from "../atls/attester.ts";
 import { ExchangeError } from "../atls/errors.ts";
 import { joinRequestDigest, type Purpose, rejoinRequestDigest } from "../atls/reportdata.ts";
+import type { IssueJoinTicketResponse, IssueRejoinTicketResponse } from "../gen/join/join_pb.ts";
 import {
   API,
   IssueJoinTicketRequestSchema,
-  type IssueJoinTicketResponse,
   IssueJoinTicketResponseSchema,
   IssueRejoinTicketRequestSchema,
-  type IssueRejoinTicketResponse,
   IssueRejoinTicketResponseSchema,
 } from "../gen/join/join_pb.ts";
 import type { AttestedRequest, Sealed } from "../gen/atls/v1/atls_pb.ts";
@@ -132,22 +132,15 @@ export class AttestedTicketSource {
     options: TicketCallOptions = {},
   ): Promise<IssueJoinTicketResponse> {
     const fields = { ...request, hostPublicKey: new Uint8Array(), hostCertificatePrincipals: [] };
-    const requestDigest = await joinRequestDigest(fields);
+    const digest = await joinRequestDigest(fields);
     return await this.#exchange(
       endpoint,
       "join",
-      requestDigest,
+      digest,
+      IssueJoinTicketResponseSchema,
       options,
-      async (client, attestation, signal) => {
-        const response = await client.issueJoinTicket(
-          create(IssueJoinTicketRequestSchema, { ...fields, attestation }),
-          { signal },
-        );
-        return {
-          sealed: response.sealed,
-          decode: (bytes) => fromBinary(IssueJoinTicketResponseSchema, bytes),
-        };
-      },
+      (client, attestation, signal) =>
+        client.issueJoinTicket(create(IssueJoinTicketRequestSchema, { ...fields, attestation }), { signal }),
     );
   }
 
@@ -157,36 +150,32 @@ export class AttestedTicketSource {
     diskUuid: string,
     options: TicketCallOptions = {},
   ): Promise<IssueRejoinTicketResponse> {
-    const requestDigest = await rejoinRequestDigest({ diskUuid });
+    const digest = await rejoinRequestDigest({ diskUuid });
     return await this.#exchange(
       endpoint,
       "rejoin",
-      requestDigest,
+      digest,
+      IssueRejoinTicketResponseSchema,
       options,
-      async (client, attestation, signal) => {
-        const response = await client.issueRejoinTicket(
-          create(IssueRejoinTicketRequestSchema, { diskUuid, attestation }),
-          { signal },
-        );
-        return {
-          sealed: response.sealed,
-          decode: (bytes) => fromBinary(IssueRejoinTicketResponseSchema, bytes),
-        };
-      },
+      (client, attestation, signal) =>
+        client.issueRejoinTicket(create(IssueRejoinTicketRequestSchema, { diskUuid, attestation }), {
+          signal,
+        }),
     );
   }
 
   /** Challenge, attested request, open; once more with a fresh challenge when the nonce was the problem. */
-  async #exchange<T>(
+  async #exchange<T extends Message>(
     endpoint: string,
     purpose: Purpose,
     requestDigest: Uint8Array,
+    schema: GenMessage<T>,
     options: TicketCallOptions,
     send: (
       client: ReturnType<typeof createClient<typeof API>>,
       attestation: AttestedRequest,
       signal: AbortSignal | undefined,
-    ) => Promise<{ sealed: Sealed | undefined; decode: (bytes: Uint8Array) => T }>,
+    ) => Promise<{ sealed?: Sealed }>,
   ): Promise<T> {
     const { signal } = options;
     const connection = connectRpc({
@@ -206,10 +195,10 @@ export class AttestedTicketSource {
             requestDigest,
             signal,
           });
-          const { sealed, decode } = await send(client, bundle.attestation, signal);
+          const { sealed } = await send(client, bundle.attestation, signal);
           const plaintext = await openSealedResponse({ sealed, bundle, purpose });
           try {
-            return decode(plaintext);
+            return fromBinary(schema, plaintext);
           } catch (error) {
             throw new TicketError(endpoint, "malformed", "the opened ticket does not decode", {
               cause: error,

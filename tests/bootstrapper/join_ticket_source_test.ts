@@ -13,6 +13,18 @@ import { fakeOs, ManualTimers, recordingLogger } from "./support.ts";
 
 const DISK_UUID = "6f0d8e2a-3c1b-4a5e-9f7d-2b8c4e6a1d3f";
 
+/** A join ticket for a node `name` at `ip`. */
+async function joinTicket(
+  source: AttestedTicketSource,
+  endpoint: string,
+  name: string,
+  ip: string,
+  isControlPlane: boolean,
+) {
+  const { csr } = await kubeletCredentials(name, [ip]);
+  return await source.joinTicket(endpoint, { diskUuid: DISK_UUID, certificateRequest: csr, isControlPlane });
+}
+
 async function rejected(promise: Promise<unknown>): Promise<TicketError> {
   const error = await promise.then(() => assert.fail("got a ticket"), (e) => e);
   assert.ok(error instanceof TicketError, String(error));
@@ -27,12 +39,7 @@ Deno.test("attested ticket source against the real join service (qemu-vtpm on sw
   const expected = await cluster.expectedKeys(DISK_UUID);
 
   await t.step("a worker ticket, the server verified against its CA", async () => {
-    const credentials = await kubeletCredentials("worker-1", ["10.0.0.7"]);
-    const ticket = await verified.joinTicket(endpoint, {
-      diskUuid: DISK_UUID,
-      certificateRequest: credentials.csr,
-      isControlPlane: false,
-    });
+    const ticket = await joinTicket(verified, endpoint, "worker-1", "10.0.0.7", false);
     assert.deepEqual(ticket.stateDiskKey, expected.stateDiskKey);
     assert.deepEqual(ticket.measurementSecret, expected.measurementSecret);
     assert.deepEqual(ticket.measurementSalt, cluster.measurementSalt);
@@ -43,12 +50,7 @@ Deno.test("attested ticket source against the real join service (qemu-vtpm on sw
   });
 
   await t.step("a control-plane ticket without server verification (the default)", async () => {
-    const credentials = await kubeletCredentials("cp-1", ["10.0.0.2"]);
-    const ticket = await unverified.joinTicket(endpoint, {
-      diskUuid: DISK_UUID,
-      certificateRequest: credentials.csr,
-      isControlPlane: true,
-    });
+    const ticket = await joinTicket(unverified, endpoint, "cp-1", "10.0.0.2", true);
     assert.equal(checkTicket(ticket, "ControlPlane").length, 8);
   });
 
@@ -129,12 +131,7 @@ Deno.test("attested ticket source, dummy variant, against the fixture join servi
   const rejoin = await source.rejoinTicket(fixture.endpoint, DISK_UUID);
   assert.deepEqual(rejoin.stateDiskKey, stateDiskKeyFor(DISK_UUID));
   assert.deepEqual(rejoin.measurementSecret, MEASUREMENT_SECRET);
-  const credentials = await kubeletCredentials("worker-1", []);
-  const ticket = await source.joinTicket(fixture.endpoint, {
-    diskUuid: DISK_UUID,
-    certificateRequest: credentials.csr,
-    isControlPlane: false,
-  });
+  const ticket = await joinTicket(source, fixture.endpoint, "worker-1", "10.0.0.7", false);
   assert.deepEqual(ticket.stateDiskKey, stateDiskKeyFor(DISK_UUID));
   assert.deepEqual(fixture.verified.map((v) => v.purpose), ["rejoin", "join"]);
 });
