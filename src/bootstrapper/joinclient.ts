@@ -226,7 +226,14 @@ export class JoinClient {
         return { status: "stopped" };
       }
       const cause = error instanceof TerminalApplyError ? error.cause : error;
-      logger.error("joining failed after the node lock; this boot cannot join", errorFields(cause));
+      const lockHeld = typeof cause === "object" && cause !== null && "reason" in cause &&
+        cause.reason === "lock-held";
+      logger.error(
+        lockHeld
+          ? "the node lock is held by init; the join client ends"
+          : "joining failed; this boot cannot join",
+        errorFields(cause),
+      );
       throw cause;
     } finally {
       this.#running = false;
