@@ -36,6 +36,10 @@ export const MEASUREMENT_SECRET: Uint8Array<ArrayBuffer> = fakeKey(MEASUREMENT_S
 /** A running fixture join service and a client for it. */
 export interface JoinFixture extends AsyncDisposable {
   client: Client<typeof API>;
+  /** The service's "host:port" (TLS with a test CA, see {@linkcode JoinFixture.caPem}). */
+  endpoint: string;
+  /** PEM of the CA that signed the service's certificate. */
+  caPem: string;
   clock: ManualClock;
   /** Requests that were issued a ticket, in order. */
   readonly verified: { purpose: string; diskUuid: string }[];
@@ -81,6 +85,8 @@ export async function startJoinFixture(validator: Validator): Promise<JoinFixtur
   const client = createClient(API, tls.transport);
   return {
     client,
+    endpoint: `localhost:${server.address.port}`,
+    caPem: ca.certPem,
     clock: world.clock,
     get verified() {
       return world.audit.filter((entry) => entry.outcome === "issued").map((entry) => ({

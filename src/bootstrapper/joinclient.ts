@@ -1,0 +1,394 @@
+/**
+ * The join client (reference §5, with the fixes of DESIGN §4): finds the
+ * control-plane nodes, asks their join services for a join ticket with an
+ * attested request, and hands the first ticket to the {@linkcode TicketApplier}
+ * (`apply_ticket.ts`), which takes the node lock and joins the cluster.
+ *
+ * The run, in order:
+ *
+ *  1. the state disk's UUID, retried until the disk answers (the original
+ *     gave up silently and left the node unable to join);
+ *  2. the node's own metadata (`/self`), retried until it answers with a
+ *     name that normalizes into a Kubernetes node name;
+ *  3. the join loop: the control-plane peers (`/peers`, role ControlPlane,
+ *     with an address, this node excluded) on port 30090, in list order;
+ *     per endpoint a fresh P-256 kubelet key and CSR (CN
+ *     `system:node:<normalized name>`, O `system:nodes`, the node's VPC IP
+ *     as IP SAN) and one ticket request, bounded by the per-call deadline;
+ *     the first ticket goes to the applier. Every refusal is logged with
+ *     its reason and the join service's message (a measurement mismatch
+ *     names every PCR that differs); after a round without a ticket the
+ *     client waits the retry interval and starts again.
+ *
+ * Before the node lock everything is retried and an abort stops the client
+ * cleanly (`run` resolves `{ status: "stopped" }`, no timer left). Once a
+ * ticket reached the applier and the lock was taken, the applier's verdict
+ * is final: `run` resolves `{ status: "joined" }` or rejects with the
+ * applier's error (terminal for this boot; `apply_ticket.ts` says what state
+ * it leaves). A ticket the applier refuses before the lock (a malformed
+ * ticket: its error has `retryable: true`) counts as one more refusal.
+ *
+ * @module
+ */
+import { AsnConvert } from "@peculiar/asn1-schema";
+import { ECParameters, ECPrivateKey, id_secp256r1 } from "@peculiar/asn1-ecc";
+import { PrivateKeyInfo } from "@peculiar/asn1-pkcs8";
+import type { IssueJoinTicketResponse } from "../gen/join/join_pb.ts";
+import { k8sCompliantHostname } from "../joinservice/nodename.ts";
+import type { Logger } from "../log/logger.ts";
+import { ReasonError } from "../reason_error.ts";
+import { encodePem } from "../x509/pem.ts";
+import { PEM_EC_PRIVATE_KEY } from "../x509/private_key.ts";
+import * as x509 from "../x509/x509.ts";
+import type { JoinTicketRequest, TicketCallOptions } from "./join_ticket_source.ts";
+import { errorFields, retryUntilDone, systemTimers, type Timers, withDeadline } from "./retry.ts";
+
+/** The join service's node port on control-plane nodes (`JoinServiceNodePort`). */
+export const JOIN_SERVICE_NODE_PORT = 30090;
+
+/** Default pause between rounds (reference §2.7). */
+export const DEFAULT_RETRY_INTERVAL_MS = 30_000;
+
+/** Default deadline of one metadata call or one ticket request (reference §2.7). */
+export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+
+/** A node's role. */
+export type NodeRole = "ControlPlane" | "Worker";
+
+/** One instance as the metadata API describes it (the shape of `src/metadata/instance.ts`). */
+export interface InstanceMetadata {
+  /** Host name, not yet normalized. */
+  name: string;
+  /** e.g. "qemu:///hostname/worker-0"; "" when unknown. */
+  providerId: string;
+  /** The node's role. */
+  role: NodeRole;
+  /** Primary address in the cluster network; "" when it has none yet. */
+  vpcIp: string;
+}
+
+/** Options of a metadata call. */
+export interface MetadataCallOptions {
+  /** Cancels the call. */
+  signal?: AbortSignal;
+  /** Bound on the call. */
+  timeoutMs?: number;
+}
+
+/** The metadata the join client reads (satisfied by `src/metadata/client.ts`'s `MetadataClient`). */
+export interface Metadata {
+  /** This instance. */
+  self(options?: MetadataCallOptions): Promise<InstanceMetadata>;
+  /** Every instance of the cluster, this one included. */
+  peers(options?: MetadataCallOptions): Promise<InstanceMetadata[]>;
+}
+
+/** Where join tickets come from (satisfied by `join_ticket_source.ts`'s `AttestedTicketSource`). */
+export interface JoinTicketSource {
+  /** Requests and opens a join ticket from the join service at `endpoint` ("host:port"). */
+  joinTicket(
+    endpoint: string,
+    request: JoinTicketRequest,
+    options?: TicketCallOptions,
+  ): Promise<IssueJoinTicketResponse>;
+}
+
+/** The state disk, for its UUID (satisfied by `LuksStateDisk`). */
+export interface DiskUuidSource {
+  /** The LUKS UUID, lower-case. */
+  uuid(options?: { signal?: AbortSignal }): Promise<string>;
+}
+
+/** The node a ticket was issued to, as the applier needs it. */
+export interface JoiningNode {
+  /** The metadata name, as is. */
+  metadataName: string;
+  /** The normalized Kubernetes node name (CSR CN and kubeadm node name). */
+  nodeName: string;
+  /** The node's role. */
+  role: NodeRole;
+  /** The node's address in the cluster network ("" when it has none). */
+  vpcIp: string;
+  /** The node's provider ID ("" when unknown). */
+  providerId: string;
+  /** PEM of the kubelet key the ticket's certificate is for (a secret: never log it). */
+  kubeletKeyPem: string;
+}
+
+/** What an applied ticket yielded. */
+export interface AppliedTicket {
+  /** The cluster ID the node is now bound to. */
+  clusterId: Uint8Array;
+}
+
+/**
+ * Applies a ticket (satisfied by `apply_ticket.ts`'s `JoinTicketApplier`).
+ * `signal` cancels only until the node lock is taken. A rejection whose
+ * error has `retryable: true` means the ticket was refused before the lock;
+ * any other rejection is terminal.
+ */
+export interface TicketApplier {
+  /** Takes the lock and joins the cluster with `ticket`. */
+  apply(
+    ticket: IssueJoinTicketResponse,
+    node: JoiningNode,
+    options?: { signal?: AbortSignal },
+  ): Promise<AppliedTicket>;
+}
+
+/** What the join client needs. */
+export interface JoinClientDependencies {
+  /** This node's and its peers' metadata. */
+  metadata: Metadata;
+  /** Requests tickets from join services. */
+  tickets: JoinTicketSource;
+  /** The state disk. */
+  disk: DiskUuidSource;
+  /** Applies the first usable ticket. */
+  applier: TicketApplier;
+  /** Structured log; never receives a secret. */
+  logger: Logger;
+  /** Delays and deadlines; default real time. */
+  timers?: Timers;
+}
+
+/** Intervals and ports of the join client. */
+export interface JoinClientOptions {
+  /** Pause after a failed round; default 30 s. */
+  retryIntervalMs?: number;
+  /** Deadline of each metadata call and each ticket request; default 30 s. */
+  callTimeoutMs?: number;
+  /** The join service port on control-plane nodes; default 30090. */
+  joinServicePort?: number;
+}
+
+/** How a run ended. */
+export type JoinOutcome =
+  | {
+    status: "joined";
+    /** The join service that issued the ticket. */
+    endpoint: string;
+    nodeName: string;
+    role: NodeRole;
+    clusterId: Uint8Array;
+  }
+  /** Aborted before a ticket was applied. */
+  | { status: "stopped" };
+
+/** Why a round found nobody to ask. */
+export class JoinRoundError extends ReasonError<"no-control-planes" | "all-refused"> {}
+
+/** The join client. One `run` at a time. */
+export class JoinClient {
+  readonly #deps: JoinClientDependencies;
+  readonly #timers: Timers;
+  readonly #retryIntervalMs: number;
+  readonly #callTimeoutMs: number;
+  readonly #port: number;
+  #running = false;
+
+  /** A client over `deps`. */
+  constructor(deps: JoinClientDependencies, options: JoinClientOptions = {}) {
+    this.#deps = deps;
+    this.#timers = deps.timers ?? systemTimers;
+    this.#retryIntervalMs = options.retryIntervalMs ?? DEFAULT_RETRY_INTERVAL_MS;
+    this.#callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.#port = options.joinServicePort ?? JOIN_SERVICE_NODE_PORT;
+  }
+
+  /**
+   * Runs until a ticket was applied (`joined`), `signal` aborted before that
+   * (`stopped`), or the applier failed terminally (rejects with its error).
+   */
+  async run(options: { signal?: AbortSignal } = {}): Promise<JoinOutcome> {
+    if (this.#running) throw new Error("the join client is already running");
+    this.#running = true;
+    const { signal } = options;
+    const { logger } = this.#deps;
+    try {
+      const diskUuid = await this.#retry(
+        "reading the state disk UUID",
+        (s) => this.#deadline("reading the state disk UUID", s, (d) => this.#deps.disk.uuid({ signal: d })),
+        signal,
+      );
+      const self = await this.#retry("reading this node's metadata", (s) => this.#self(s), signal);
+      logger.info("joining as", { nodeName: self.nodeName, role: self.role, vpcIp: self.vpcIp, diskUuid });
+      const joined = await this.#retry("join round", (s) => this.#round(diskUuid, self, s), signal);
+      logger.info("joined the cluster", {
+        endpoint: joined.endpoint,
+        nodeName: self.nodeName,
+        role: self.role,
+      });
+      return joined;
+    } catch (error) {
+      if (signal?.aborted && !(error instanceof TerminalApplyError)) {
+        logger.info("join client stopped");
+        return { status: "stopped" };
+      }
+      const cause = error instanceof TerminalApplyError ? error.cause : error;
+      const lockHeld = typeof cause === "object" && cause !== null && "reason" in cause &&
+        cause.reason === "lock-held";
+      logger.error(
+        lockHeld
+          ? "the node lock is held by init; the join client ends"
+          : "joining failed; this boot cannot join",
+        errorFields(cause),
+      );
+      throw cause;
+    } finally {
+      this.#running = false;
+    }
+  }
+
+  /** The node's metadata, checked: a name that normalizes. */
+  async #self(signal: AbortSignal | undefined): Promise<Omit<JoiningNode, "kubeletKeyPem">> {
+    const self = await this.#deadline(
+      "metadata self",
+      signal,
+      (d) => this.#deps.metadata.self({ signal: d, timeoutMs: this.#callTimeoutMs }),
+    );
+    const nodeName = k8sCompliantHostname(self.name);
+    if (self.vpcIp === "") {
+      this.#deps.logger.warn("metadata names no VPC IP for this node; the CSR has no IP SAN");
+    }
+    return {
+      metadataName: self.name,
+      nodeName,
+      role: self.role,
+      vpcIp: self.vpcIp,
+      providerId: self.providerId,
+    };
+  }
+
+  /** One round: list the control planes, ask each until one ticket is applied. */
+  async #round(
+    diskUuid: string,
+    self: Omit<JoiningNode, "kubeletKeyPem">,
+    signal: AbortSignal | undefined,
+  ): Promise<JoinOutcome & { status: "joined" }> {
+    const { logger, tickets, applier } = this.#deps;
+    const peers = await this.#deadline(
+      "metadata peers",
+      signal,
+      (d) => this.#deps.metadata.peers({ signal: d, timeoutMs: this.#callTimeoutMs }),
+    );
+    const endpoints = controlPlaneEndpoints(peers, self, this.#port);
+    if (endpoints.length === 0) {
+      throw new JoinRoundError(
+        "no-control-planes",
+        "metadata lists no control-plane node with an address yet",
+      );
+    }
+    for (const endpoint of endpoints) {
+      signal?.throwIfAborted();
+      let ticket: IssueJoinTicketResponse;
+      let kubeletKeyPem: string;
+      try {
+        const credentials = await kubeletCredentials(self.nodeName, self.vpcIp === "" ? [] : [self.vpcIp]);
+        kubeletKeyPem = credentials.keyPem;
+        ticket = await this.#deadline("join ticket request", signal, (d) =>
+          tickets.joinTicket(endpoint, {
+            diskUuid,
+            certificateRequest: credentials.csr,
+            isControlPlane: self.role === "ControlPlane",
+          }, { signal: d }));
+      } catch (error) {
+        signal?.throwIfAborted();
+        logger.warn("join service refused or unreachable", { endpoint, ...errorFields(error) });
+        continue;
+      }
+      logger.info("received a join ticket", { endpoint });
+      try {
+        const applied = await applier.apply(ticket, { ...self, kubeletKeyPem }, { signal });
+        return { status: "joined", endpoint, nodeName: self.nodeName, role: self.role, ...applied };
+      } catch (error) {
+        if (isRetryable(error) && !signal?.aborted) {
+          logger.warn("join ticket refused before the node lock", { endpoint, ...errorFields(error) });
+          continue;
+        }
+        if (isRetryable(error)) throw error; // aborted before the lock: stopped
+        throw new TerminalApplyError(error);
+      }
+    }
+    throw new JoinRoundError(
+      "all-refused",
+      `no join service issued a usable ticket (${endpoints.join(", ")})`,
+    );
+  }
+
+  #retry<T>(what: string, attempt: (signal: AbortSignal | undefined) => Promise<T>, signal?: AbortSignal) {
+    return retryUntilDone(what, attempt, {
+      signal,
+      timers: this.#timers,
+      intervalMs: this.#retryIntervalMs,
+      logger: this.#deps.logger,
+      isTerminal: (error) => error instanceof TerminalApplyError,
+    });
+  }
+
+  #deadline<T>(what: string, signal: AbortSignal | undefined, call: (signal: AbortSignal) => Promise<T>) {
+    return withDeadline(this.#timers, what, this.#callTimeoutMs, signal, call);
+  }
+}
+
+/** Wraps an applier failure after the lock, so the retry loop lets it through. */
+class TerminalApplyError extends Error {
+  constructor(cause: unknown) {
+    super("terminal", { cause });
+  }
+}
+
+function isRetryable(error: unknown): boolean {
+  return typeof error === "object" && error !== null && "retryable" in error && error.retryable === true;
+}
+
+/**
+ * The join service endpoints of the control-plane peers: role
+ * ControlPlane, a VPC IP, not `self` (by name or address), in list order,
+ * as "ip:port" ("[v6]:port").
+ */
+export function controlPlaneEndpoints(
+  peers: readonly InstanceMetadata[],
+  self: { metadataName: string; vpcIp: string },
+  port: number = JOIN_SERVICE_NODE_PORT,
+): string[] {
+  return peers
+    .filter((peer) => peer.role === "ControlPlane" && peer.vpcIp !== "")
+    .filter((peer) => peer.name !== self.metadataName && (self.vpcIp === "" || peer.vpcIp !== self.vpcIp))
+    .map((peer) => peer.vpcIp.includes(":") ? `[${peer.vpcIp}]:${port}` : `${peer.vpcIp}:${port}`);
+}
+
+/** A fresh kubelet key and the CSR for it. */
+export interface KubeletCredentials {
+  /** `EC PRIVATE KEY` PEM (SEC1), P-256. A secret. */
+  keyPem: string;
+  /** DER PKCS#10: O=system:nodes, CN=system:node:<nodeName>, IP SANs, no DNS names. */
+  csr: Uint8Array<ArrayBuffer>;
+}
+
+/** Generates a P-256 kubelet key and its CSR for `nodeName` (already normalized) with IP SANs `ips`. */
+export async function kubeletCredentials(
+  nodeName: string,
+  ips: readonly string[],
+): Promise<KubeletCredentials> {
+  const keys = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
+    "sign",
+    "verify",
+  ]);
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: [{ O: ["system:nodes"] }, { CN: [`system:node:${nodeName}`] }],
+    keys,
+    signingAlgorithm: { name: "ECDSA", hash: "SHA-256" },
+    extensions: ips.length > 0
+      ? [new x509.SubjectAlternativeNameExtension(ips.map((value) => ({ type: "ip" as const, value })))]
+      : [],
+  });
+  // WebCrypto exports PKCS#8; the kubelet key file is SEC1 with the curve named, as the original wrote it.
+  const info = AsnConvert.parse(await crypto.subtle.exportKey("pkcs8", keys.privateKey), PrivateKeyInfo);
+  const ec = AsnConvert.parse(info.privateKey.buffer, ECPrivateKey);
+  ec.parameters = new ECParameters({ namedCurve: id_secp256r1 });
+  return {
+    keyPem: encodePem(AsnConvert.serialize(ec), PEM_EC_PRIVATE_KEY),
+    csr: new Uint8Array(csr.rawData),
+  };
+}

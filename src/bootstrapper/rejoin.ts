@@ -1,0 +1,207 @@
+/**
+ * Rejoin after a reboot (reference §5.6; the original did this in the
+ * initramfs disk-mapper): a node whose state disk is already initialized
+ * asks a join service for a rejoin ticket for its disk UUID (attested,
+ * `IssueRejoinTicket`), checks that the returned disk key opens the disk,
+ * and re-binds PCR 15 to the cluster ID derived from the ticket's
+ * measurement secret and the measurement salt of its node state file.
+ * Afterwards the normal start path sees PCR 15 set and only starts the
+ * kubelet. The lead wires it as `bootstrapper rejoin`.
+ *
+ * Retries as the join client does (every 30 s, 30 s per call, this node's
+ * own address excluded from the endpoints): an unreachable or refusing join
+ * service, and a disk key that does not open the disk (a join service of
+ * another cluster, see docs/attested-exchange.md §9 "Verifier
+ * authenticity"), are logged and retried. Terminal: a missing or malformed
+ * node state (the node never finished joining: wipe it), and a failed or
+ * lost node lock.
+ *
+ * @module
+ */
+import type { IssueRejoinTicketResponse } from "../gen/join/join_pb.ts";
+import { deriveClusterId } from "../kms/keys.ts";
+import type { Logger } from "../log/logger.ts";
+import { ReasonError } from "../reason_error.ts";
+import type { NodeLockLike } from "./apply_ticket.ts";
+import type { TicketCallOptions } from "./join_ticket_source.ts";
+import {
+  controlPlaneEndpoints,
+  DEFAULT_CALL_TIMEOUT_MS,
+  DEFAULT_RETRY_INTERVAL_MS,
+  JOIN_SERVICE_NODE_PORT,
+  type Metadata,
+  type NodeRole,
+} from "./joinclient.ts";
+import { errorFields, retryUntilDone, systemTimers, type Timers, withDeadline } from "./retry.ts";
+
+/** Where rejoin tickets come from (satisfied by `AttestedTicketSource`). */
+export interface RejoinTicketSource {
+  /** Requests and opens a rejoin ticket for `diskUuid` from the join service at `endpoint`. */
+  rejoinTicket(
+    endpoint: string,
+    diskUuid: string,
+    options?: TicketCallOptions,
+  ): Promise<Pick<IssueRejoinTicketResponse, "stateDiskKey" | "measurementSecret">>;
+}
+
+/** The state disk (satisfied by `LuksStateDisk`). */
+export interface RejoinDisk {
+  /** Whether the disk was initialized by an earlier init or join. */
+  isInitialized(options?: { signal?: AbortSignal }): Promise<boolean>;
+  /** The LUKS UUID, lower-case. */
+  uuid(options?: { signal?: AbortSignal }): Promise<string>;
+  /** Whether `key` opens the disk. */
+  testPassphrase(key: Uint8Array, options?: { signal?: AbortSignal }): Promise<boolean>;
+}
+
+/** Reads the node state file (helper O's `readNodeState`). */
+export type ReadNodeState = (path: string) => Promise<{ role: NodeRole; measurementSalt: Uint8Array }>;
+
+/** What a rejoin needs. */
+export interface RejoinDependencies {
+  /** The state disk. */
+  disk: RejoinDisk;
+  /** This node's and its peers' metadata. */
+  metadata: Metadata;
+  /** Requests tickets from join services. */
+  tickets: RejoinTicketSource;
+  /** Reads the node state file. */
+  readNodeState: ReadNodeState;
+  /** The node lock; taking it extends PCR 15 with the cluster ID. */
+  lock: NodeLockLike;
+  /** The node state file (`NodePaths.nodeState`). */
+  nodeStatePath: string;
+  /** Structured log; never receives a secret. */
+  logger: Logger;
+  /** Delays and deadlines; default real time. */
+  timers?: Timers;
+}
+
+/** Intervals of a rejoin, as the join client's. */
+export interface RejoinOptions {
+  /** Pause after a failed round; default 30 s. */
+  retryIntervalMs?: number;
+  /** Deadline of each call; default 30 s. */
+  callTimeoutMs?: number;
+  /** Join service port; default 30090. */
+  joinServicePort?: number;
+  /** Stops the rejoin (resolves `stopped`). */
+  signal?: AbortSignal;
+}
+
+/** How a rejoin ended. */
+export type RejoinOutcome =
+  /** The disk is not initialized: a fresh node, nothing to rejoin. */
+  | { status: "not-initialized" }
+  /** PCR 15 is bound again. `stateDiskKey` opens the disk: a secret, never log it. */
+  | { status: "rebound"; clusterId: Uint8Array; role: NodeRole; stateDiskKey: Uint8Array; endpoint: string }
+  /** Aborted. */
+  | { status: "stopped" };
+
+/** Why a rejoin ended without binding the node. */
+export class RejoinError extends ReasonError<"node-state" | "lock-held" | "lock-failed" | "wrong-disk-key"> {}
+
+/**
+ * Rejoins the node if its state disk is initialized. Resolves when PCR 15
+ * is bound (or there was nothing to do, or `signal` aborted); rejects with
+ * {@linkcode RejoinError} when the node cannot rejoin this boot.
+ */
+export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = {}): Promise<RejoinOutcome> {
+  const { signal } = options;
+  const { logger, disk } = deps;
+  const timers = deps.timers ?? systemTimers;
+  const intervalMs = options.retryIntervalMs ?? DEFAULT_RETRY_INTERVAL_MS;
+  const callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+  const port = options.joinServicePort ?? JOIN_SERVICE_NODE_PORT;
+  const deadline = <T>(what: string, s: AbortSignal | undefined, call: (d: AbortSignal) => Promise<T>) =>
+    withDeadline(timers, what, callTimeoutMs, s, call);
+  const retry = <T>(what: string, attempt: (s: AbortSignal | undefined) => Promise<T>) =>
+    retryUntilDone(what, attempt, { signal, timers, intervalMs, logger });
+
+  try {
+    const initialized = await retry(
+      "reading the state disk token",
+      (s) => deadline("reading the state disk token", s, (d) => disk.isInitialized({ signal: d })),
+    );
+    if (!initialized) {
+      logger.info("state disk not initialized: nothing to rejoin");
+      return { status: "not-initialized" };
+    }
+    let state: { role: NodeRole; measurementSalt: Uint8Array };
+    try {
+      state = await deps.readNodeState(deps.nodeStatePath);
+    } catch (error) {
+      throw new RejoinError(
+        "node-state",
+        `the state disk is initialized but the node state cannot be read (the node never finished joining; wipe it): ${
+          error instanceof Error ? error.message : String(error)
+        }`,
+        { cause: error },
+      );
+    }
+    const diskUuid = await retry(
+      "reading the state disk UUID",
+      (s) => deadline("reading the state disk UUID", s, (d) => disk.uuid({ signal: d })),
+    );
+    const self = await retry(
+      "reading this node's metadata",
+      (s) => deadline("metadata self", s, (d) => deps.metadata.self({ signal: d, timeoutMs: callTimeoutMs })),
+    );
+    logger.info("rejoining", { diskUuid, role: state.role });
+
+    const round = async (s: AbortSignal | undefined) => {
+      const peers = await deadline(
+        "metadata peers",
+        s,
+        (d) => deps.metadata.peers({ signal: d, timeoutMs: callTimeoutMs }),
+      );
+      const endpoints = controlPlaneEndpoints(peers, { metadataName: self.name, vpcIp: self.vpcIp }, port);
+      if (endpoints.length === 0) throw new Error("metadata lists no control-plane node with an address yet");
+      for (const endpoint of endpoints) {
+        try {
+          const ticket = await deadline(
+            "rejoin ticket request",
+            s,
+            (d) => deps.tickets.rejoinTicket(endpoint, diskUuid, { signal: d }),
+          );
+          const opens = await deadline(
+            "testing the disk key",
+            s,
+            (d) => disk.testPassphrase(ticket.stateDiskKey, { signal: d }),
+          );
+          if (!opens) {
+            throw new RejoinError(
+              "wrong-disk-key",
+              "the rejoin ticket's disk key does not open the state disk",
+            );
+          }
+          return { ticket, endpoint };
+        } catch (error) {
+          s?.throwIfAborted();
+          logger.warn("rejoin ticket refused, unreachable or unusable", { endpoint, ...errorFields(error) });
+        }
+      }
+      throw new Error(`no join service issued a usable rejoin ticket (${endpoints.join(", ")})`);
+    };
+    const { ticket, endpoint } = await retry("rejoin round", round);
+
+    const clusterId = await deriveClusterId(ticket.measurementSecret, state.measurementSalt);
+    let locked: boolean;
+    try {
+      locked = await deps.lock.tryLock(clusterId);
+    } catch (error) {
+      throw new RejoinError("lock-failed", `binding PCR 15: ${errorFields(error).error}`, { cause: error });
+    }
+    if (!locked) throw new RejoinError("lock-held", "the node lock is already taken");
+    logger.info("rejoined: PCR 15 bound to the cluster again", { clusterId: clusterId.toHex(), endpoint });
+    return { status: "rebound", clusterId, role: state.role, stateDiskKey: ticket.stateDiskKey, endpoint };
+  } catch (error) {
+    if (signal?.aborted && !(error instanceof RejoinError)) {
+      logger.info("rejoin stopped");
+      return { status: "stopped" };
+    }
+    if (!(error instanceof RejoinError)) throw error;
+    logger.error("rejoin failed", errorFields(error));
+    throw error;
+  }
+}

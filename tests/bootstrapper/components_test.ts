@@ -1,0 +1,316 @@
+import assert from "node:assert/strict";
+import { create } from "@bufbuild/protobuf";
+import { ComponentError, ComponentInstaller } from "../../src/bootstrapper/components.ts";
+import { type Component, ComponentSchema } from "../../src/gen/components/components_pb.ts";
+import { listFiles, ManualTimers, recordingLogger } from "./support.ts";
+
+/** One entry of a hand-built tar archive (so the tests can build what GNU tar would refuse to). */
+interface Entry {
+  name: string;
+  type?: "0" | "5" | "2" | "1" | "3" | "6";
+  mode?: number;
+  content?: string;
+  link?: string;
+}
+
+function header(entry: Entry, size: number): Uint8Array {
+  const block = new Uint8Array(512);
+  const put = (offset: number, text: string) => block.set(new TextEncoder().encode(text), offset);
+  const octal = (offset: number, length: number, value: number) =>
+    put(offset, value.toString(8).padStart(length - 1, "0") + "\0");
+  put(0, entry.name);
+  octal(100, 8, entry.mode ?? 0o644);
+  octal(108, 8, 0);
+  octal(116, 8, 0);
+  octal(124, 12, size);
+  octal(136, 12, 1_700_000_000);
+  put(148, "        ");
+  put(156, entry.type ?? "0");
+  put(157, entry.link ?? "");
+  put(257, "ustar\0");
+  put(263, "00");
+  let sum = 0;
+  for (const byte of block) sum += byte;
+  put(148, sum.toString(8).padStart(6, "0") + "\0 ");
+  return block;
+}
+
+/** A gzip-compressed tar archive of `entries`. */
+async function tarGz(entries: Entry[]): Promise<Uint8Array> {
+  const parts: Uint8Array[] = [];
+  for (const entry of entries) {
+    const content = new TextEncoder().encode(entry.content ?? "");
+    parts.push(header(entry, content.length));
+    const padded = new Uint8Array(Math.ceil(content.length / 512) * 512);
+    padded.set(content);
+    parts.push(padded);
+  }
+  parts.push(new Uint8Array(1024));
+  const gzip = new Blob(parts as BlobPart[]).stream().pipeThrough(new CompressionStream("gzip"));
+  return new Uint8Array(await new Response(gzip).arrayBuffer());
+}
+
+async function sha256(bytes: Uint8Array): Promise<string> {
+  return `sha256:${new Uint8Array(await crypto.subtle.digest("SHA-256", bytes as BufferSource)).toHex()}`;
+}
+
+/** A local HTTP server answering from a table of paths; `failFirst` answers 503 that many times per path. */
+function serve(files: Record<string, Uint8Array>, failFirst = 0) {
+  const requests: string[] = [];
+  const failures = new Map<string, number>();
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, (request) => {
+    const path = new URL(request.url).pathname;
+    requests.push(path);
+    const failed = failures.get(path) ?? 0;
+    if (failed < failFirst) {
+      failures.set(path, failed + 1);
+      return new Response("try later", { status: 503 });
+    }
+    const body = files[path];
+    return body ? new Response(body as BodyInit) : new Response("not found", { status: 404 });
+  });
+  return { server, requests, url: (path: string) => `http://127.0.0.1:${server.addr.port}${path}` };
+}
+
+const GOOD_ENTRIES: Entry[] = [
+  { name: "cni/", type: "5", mode: 0o755 },
+  { name: "cni/bridge", mode: 0o755, content: "#!/bin/sh\necho bridge\n" },
+  { name: "./cni/README", mode: 0o666, content: "plugins" },
+  { name: "cni/bridge-link", type: "2", link: "bridge" },
+  { name: "cni/bridge-hard", type: "1", link: "cni/bridge" },
+  { name: "crictl", mode: 0o4755, content: "crictl binary" },
+];
+
+interface Setup {
+  root: string;
+  tmpDir: string;
+  installer: ComponentInstaller;
+  timers: ManualTimers;
+}
+
+async function setup(): Promise<Setup> {
+  const root = await Deno.makeTempDir({ prefix: "components-" });
+  const tmpDir = `${root}/tmp`;
+  await Deno.mkdir(tmpDir);
+  const timers = new ManualTimers();
+  // Backoff sleeps resolve at once (recorded), so retries run without real waiting.
+  timers.sleep = (ms: number) => {
+    timers.requested.push(ms);
+    return Promise.resolve();
+  };
+  const installer = new ComponentInstaller(
+    { timers, logger: recordingLogger().logger },
+    { root, tmpDir, attempts: 3, maxDownloadBytes: 1024 * 1024 },
+  );
+  return { root, tmpDir, installer, timers };
+}
+
+function component(url: string, hash: string, installPath: string, extract: boolean): Component {
+  return create(ComponentSchema, { url, hash, installPath, extract });
+}
+
+async function refused(promise: Promise<unknown>, reason: string, message?: RegExp): Promise<void> {
+  const error = await promise.then(() => assert.fail("installed"), (e) => e);
+  assert.ok(error instanceof ComponentError, String(error));
+  assert.equal(error.reason, reason, error.message);
+  if (message) assert.match(error.message, message);
+}
+
+async function mode(path: string): Promise<number> {
+  return (await Deno.lstat(path)).mode! & 0o7777;
+}
+
+Deno.test("component installation", async (t) => {
+  const archive = await tarGz(GOOD_ENTRIES);
+  const binary = new TextEncoder().encode("#!/bin/sh\necho kubelet\n");
+  const bad = {
+    dotdot: await tarGz([{ name: "ok", content: "fine" }, { name: "cni/../../escape", content: "x" }]),
+    absolute: await tarGz([{ name: "/etc/evil", content: "x" }]),
+    symlinkOut: await tarGz([{ name: "out", type: "2", link: "../../etc" }]),
+    symlinkAbsolute: await tarGz([{ name: "out", type: "2", link: "/etc/passwd" }]),
+    belowSymlink: await tarGz([{ name: "dir", type: "2", link: "." }, { name: "dir/file", content: "x" }]),
+    hardlinkOut: await tarGz([{ name: "h", type: "1", link: "../outside" }]),
+    device: await tarGz([{ name: "dev", type: "3" }]),
+    fifo: await tarGz([{ name: "pipe", type: "6" }]),
+    notGzip: new TextEncoder().encode("not an archive"),
+  };
+  const files: Record<string, Uint8Array> = { "/archive.tar.gz": archive, "/kubelet": binary };
+  for (const [name, bytes] of Object.entries(bad)) files[`/${name}.tar.gz`] = bytes;
+  const http = serve(files);
+  const flaky = serve({ "/kubelet": binary }, 2);
+  const down = serve({}, 1000);
+
+  const rows: { name: string; run: (s: Setup) => Promise<void> }[] = [
+    {
+      name: "a good file and archive install with their modes",
+      run: async ({ root, installer }) => {
+        await installer.install([
+          component(http.url("/kubelet"), await sha256(binary), "/run/state/bin/kubelet", false),
+          component(http.url("/archive.tar.gz"), await sha256(archive), "/opt/cni/bin", true),
+        ]);
+        assert.deepEqual(await Deno.readFile(`${root}/run/state/bin/kubelet`), binary);
+        assert.equal(await mode(`${root}/run/state/bin/kubelet`), 0o544);
+        const prefix = `${root}/opt/cni/bin`;
+        assert.deepEqual(await listFiles(prefix), [
+          "cni/README",
+          "cni/bridge",
+          "cni/bridge-hard",
+          "cni/bridge-link",
+          "crictl",
+        ]);
+        assert.equal(await mode(`${prefix}/cni`), 0o755);
+        assert.equal(await mode(`${prefix}/cni/bridge`), 0o755);
+        assert.equal(await mode(`${prefix}/cni/README`), 0o644, "no group/other write");
+        assert.equal(await mode(`${prefix}/crictl`), 0o755, "no set-id bits");
+        assert.equal(await Deno.readLink(`${prefix}/cni/bridge-link`), "bridge");
+        assert.equal(await Deno.readTextFile(`${prefix}/cni/bridge-hard`), "#!/bin/sh\necho bridge\n");
+        assert.equal(await Deno.readTextFile(`${prefix}/crictl`), "crictl binary");
+      },
+    },
+    {
+      name: "a data: URL installs",
+      run: async ({ root, installer }) => {
+        const url = `data:;base64,${binary.toBase64()}`;
+        await installer.installOne(component(url, await sha256(binary), "/run/state/bin/kubeadm", false));
+        assert.deepEqual(await Deno.readFile(`${root}/run/state/bin/kubeadm`), binary);
+      },
+    },
+    {
+      name: "reinstalling replaces an existing file and a symlink in place without following it",
+      run: async ({ root, installer }) => {
+        const outside = `${root}/outside`;
+        await Deno.writeTextFile(outside, "untouched");
+        await Deno.mkdir(`${root}/opt/cni/bin`, { recursive: true });
+        const ln = await new Deno.Command("ln", { args: ["-s", outside, `${root}/opt/cni/bin/crictl`] })
+          .output();
+        assert.ok(ln.success);
+        await installer.installOne(
+          component(http.url("/archive.tar.gz"), await sha256(archive), "/opt/cni/bin", true),
+        );
+        assert.equal(await Deno.readTextFile(outside), "untouched");
+        assert.equal(await Deno.readTextFile(`${root}/opt/cni/bin/crictl`), "crictl binary");
+      },
+    },
+    {
+      name: "wrong hash refused, nothing installed, not retried",
+      run: async ({ root, installer }) => {
+        const before = http.requests.length;
+        await refused(
+          installer.installOne(
+            component(http.url("/kubelet"), `sha256:${"00".repeat(32)}`, "/run/state/bin/kubelet", false),
+          ),
+          "hash-mismatch",
+          /does not match expected hash/,
+        );
+        assert.equal(http.requests.length - before, 1);
+        assert.deepEqual(await listFiles(`${root}/run`), []);
+      },
+    },
+    ...([
+      ["a `../` entry", "dotdot", "unsafe-archive", /"\.\." element/],
+      ["an absolute path", "absolute", "unsafe-archive", /absolute path/],
+      ["a symlink escaping the prefix", "symlinkOut", "unsafe-archive", /points outside/],
+      ["an absolute symlink", "symlinkAbsolute", "unsafe-archive", /absolute or empty target/],
+      ["an entry below a symlink of the archive", "belowSymlink", "unsafe-archive", /below a symlink/],
+      ["a hard link escaping the prefix", "hardlinkOut", "unsafe-archive", /"\.\." element/],
+      ["a device file", "device", "unsafe-archive", /refused type \(device/],
+      ["a FIFO", "fifo", "unsafe-archive", /refused type \(fifo/],
+      ["a file that is not a tar.gz", "notGzip", "malformed-archive", /decompress/],
+    ] as const).map(([what, name, reason, message]) => ({
+      name: `${what} refused; nothing installed`,
+      run: async ({ root, installer }: Setup) => {
+        await refused(
+          installer.installOne(
+            component(http.url(`/${name}.tar.gz`), await sha256(bad[name]), "/opt/cni/bin", true),
+          ),
+          reason,
+          message,
+        );
+        assert.deepEqual(await listFiles(`${root}/opt`), []);
+        assert.deepEqual(await listFiles(root), [], "nothing anywhere under the root");
+      },
+    })),
+    {
+      name: "a server failing twice, then answering: installed after two backoffs",
+      run: async ({ root, installer, timers }) => {
+        await installer.installOne(
+          component(flaky.url("/kubelet"), await sha256(binary), "/run/state/bin/kubelet", false),
+        );
+        assert.deepEqual(await Deno.readFile(`${root}/run/state/bin/kubelet`), binary);
+        assert.deepEqual(flaky.requests, ["/kubelet", "/kubelet", "/kubelet"]);
+        assert.deepEqual(timers.requested, [1000, 2000]);
+      },
+    },
+    {
+      name: "a server that keeps failing: bounded attempts, then download-failed",
+      run: async ({ installer, timers }) => {
+        await refused(
+          installer.installOne(
+            component(down.url("/kubelet"), await sha256(binary), "/run/state/bin/kubelet", false),
+          ),
+          "download-failed",
+          /3 download attempts failed; last: the server answered 503/,
+        );
+        assert.deepEqual(timers.requested, [1000, 2000]);
+      },
+    },
+    {
+      name: "a download over the size bound is refused",
+      run: async ({ root, tmpDir }) => {
+        const installer = new ComponentInstaller(
+          { logger: recordingLogger().logger },
+          { root, tmpDir, maxDownloadBytes: 10 },
+        );
+        await refused(
+          installer.installOne(
+            component(http.url("/kubelet"), await sha256(binary), "/run/state/bin/kubelet", false),
+          ),
+          "too-large",
+        );
+      },
+    },
+    {
+      name: "bad install paths and hashes are refused before downloading",
+      run: async ({ installer }) => {
+        const before = http.requests.length;
+        const hash = await sha256(binary);
+        await refused(
+          installer.installOne(component(http.url("/kubelet"), hash, "run/state/bin/x", false)),
+          "invalid-component",
+        );
+        await refused(
+          installer.installOne(component(http.url("/kubelet"), hash, "/run/../etc/x", false)),
+          "invalid-component",
+        );
+        await refused(
+          installer.installOne(component(http.url("/kubelet"), "sha256:ABC", "/run/x", false)),
+          "invalid-component",
+        );
+        await refused(
+          installer.installOne(component("file:///etc/passwd", hash, "/run/x", false)),
+          "invalid-component",
+        );
+        assert.equal(http.requests.length, before);
+      },
+    },
+  ];
+  try {
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        const s = await setup();
+        try {
+          await row.run(s);
+          assert.deepEqual(await listFiles(s.tmpDir), [], "no temporary download left");
+          const leftovers = (await listFiles(s.root)).filter((path) =>
+            path.endsWith(".tmp") || path.endsWith(".download")
+          );
+          assert.deepEqual(leftovers, [], "no temporary file left");
+        } finally {
+          await Deno.remove(s.root, { recursive: true });
+        }
+      });
+    }
+  } finally {
+    await Promise.all([http.server.shutdown(), flaky.server.shutdown(), down.server.shutdown()]);
+  }
+});

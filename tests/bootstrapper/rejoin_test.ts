@@ -1,0 +1,135 @@
+import assert from "node:assert/strict";
+import type { InstanceMetadata } from "../../src/bootstrapper/joinclient.ts";
+import { TicketError } from "../../src/bootstrapper/join_ticket_source.ts";
+import { rejoin, type RejoinDependencies, RejoinError } from "../../src/bootstrapper/rejoin.ts";
+import { deriveClusterId } from "../../src/kms/keys.ts";
+import { drive, ManualTimers, recordingLogger, until } from "./support.ts";
+
+const INTERVAL = 1000;
+const DISK_UUID = "6f0d8e2a-3c1b-4a5e-9f7d-2b8c4e6a1d3f";
+const DISK_KEY = new Uint8Array(32).fill(0xd1);
+const SECRET = new Uint8Array(32).fill(0x3e);
+const SALT = new Uint8Array(32).fill(0x5a);
+const self: InstanceMetadata = { name: "cp-1", providerId: "", role: "ControlPlane", vpcIp: "10.0.0.1" };
+const peers: InstanceMetadata[] = [
+  self,
+  { name: "cp-0", providerId: "", role: "ControlPlane", vpcIp: "10.0.0.2" },
+  { name: "cp-2", providerId: "", role: "ControlPlane", vpcIp: "10.0.0.3" },
+];
+
+interface Options {
+  initialized?: boolean;
+  /** Answers per call index; default the right keys. */
+  ticket?: (index: number) => Promise<{ stateDiskKey: Uint8Array; measurementSecret: Uint8Array }>;
+  nodeState?: () => Promise<{ role: "ControlPlane" | "Worker"; measurementSalt: Uint8Array }>;
+  peers?: () => Promise<InstanceMetadata[]>;
+}
+
+function setup(options: Options = {}) {
+  const timers = new ManualTimers();
+  const log = recordingLogger();
+  const endpoints: string[] = [];
+  const locks: Uint8Array[] = [];
+  const deps: RejoinDependencies = {
+    disk: {
+      isInitialized: () => Promise.resolve(options.initialized ?? true),
+      uuid: () => Promise.resolve(DISK_UUID),
+      testPassphrase: (key) => Promise.resolve(key.every((byte, i) => byte === DISK_KEY[i])),
+    },
+    metadata: { self: () => Promise.resolve(self), peers: options.peers ?? (() => Promise.resolve(peers)) },
+    tickets: {
+      rejoinTicket: (endpoint, diskUuid) => {
+        assert.equal(diskUuid, DISK_UUID);
+        endpoints.push(endpoint);
+        return options.ticket?.(endpoints.length - 1) ??
+          Promise.resolve({ stateDiskKey: DISK_KEY, measurementSecret: SECRET });
+      },
+    },
+    readNodeState: options.nodeState ??
+      (() => Promise.resolve({ role: "ControlPlane", measurementSalt: SALT })),
+    lock: {
+      tryLock: (clusterId) => {
+        locks.push(clusterId);
+        return Promise.resolve(locks.length === 1);
+      },
+    },
+    nodeStatePath: "/run/state/constellation/node_state.json",
+    logger: log.logger,
+    timers,
+  };
+  return { deps, timers, log, endpoints, locks };
+}
+
+Deno.test("rejoin", async (t) => {
+  const clusterId = await deriveClusterId(SECRET, SALT);
+  const rows: { name: string; run: () => Promise<void> }[] = [
+    {
+      name: "a fresh disk: nothing to rejoin",
+      run: async () => {
+        const s = setup({ initialized: false });
+        assert.deepEqual(await rejoin(s.deps), { status: "not-initialized" });
+        assert.deepEqual(s.endpoints, []);
+        assert.deepEqual(s.locks, []);
+      },
+    },
+    {
+      name: "refused, then a wrong disk key, then the right one: PCR 15 bound to the derived cluster ID",
+      run: async () => {
+        const refusal = new TicketError("10.0.0.2:30090", "unreachable", "connection refused");
+        const s = setup({
+          ticket: (index) =>
+            index === 0
+              ? Promise.reject(refusal)
+              : index === 1
+              ? Promise.resolve({ stateDiskKey: new Uint8Array(32), measurementSecret: SECRET })
+              : Promise.resolve({ stateDiskKey: DISK_KEY, measurementSecret: SECRET }),
+        });
+        const outcome = await drive(rejoin(s.deps, { retryIntervalMs: INTERVAL }), s.timers, INTERVAL);
+        assert.deepEqual(outcome, {
+          status: "rebound",
+          clusterId,
+          role: "ControlPlane",
+          stateDiskKey: DISK_KEY,
+          endpoint: "10.0.0.2:30090",
+        });
+        assert.deepEqual(
+          s.endpoints,
+          ["10.0.0.2:30090", "10.0.0.3:30090", "10.0.0.2:30090"],
+          "itself excluded",
+        );
+        assert.deepEqual(s.locks, [clusterId]);
+        const warned = s.log.entries().filter((e) =>
+          e.msg === "rejoin ticket refused, unreachable or unusable"
+        );
+        assert.deepEqual(warned.map((e) => e.reason), ["unreachable", "wrong-disk-key"]);
+        assert.ok(
+          !s.log.lines.some((line) => line.includes(DISK_KEY.toBase64()) || line.includes(DISK_KEY.toHex())),
+        );
+      },
+    },
+    {
+      name: "no node state: terminal, wipe needed, no ticket requested",
+      run: async () => {
+        const s = setup({ nodeState: () => Promise.reject(new Error("node_state.json: not found")) });
+        const error = await rejoin(s.deps).then(() => assert.fail("rejoined"), (e) => e);
+        assert.ok(error instanceof RejoinError);
+        assert.equal(error.reason, "node-state");
+        assert.match(error.message, /wipe it/);
+        assert.deepEqual(s.endpoints, []);
+      },
+    },
+    {
+      name: "abort while waiting: stopped, no timer left",
+      run: async () => {
+        const s = setup({ peers: () => Promise.resolve([self]) });
+        const controller = new AbortController();
+        const running = rejoin(s.deps, { retryIntervalMs: INTERVAL, signal: controller.signal });
+        await until(() => s.timers.pending.includes(INTERVAL));
+        controller.abort();
+        assert.deepEqual(await running, { status: "stopped" });
+        assert.deepEqual(s.timers.pending, []);
+      },
+    },
+  ];
+  for (const row of rows) await t.step(row.name, row.run);
+});
