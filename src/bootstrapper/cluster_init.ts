@@ -43,6 +43,8 @@ import {
 import { k8sCompliantHostname } from "../kubernetes/nodename.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
+import { joinHostPort } from "../net/endpoint.ts";
+import { KUBERNETES_PORT, type KubeadmInitConfig } from "./kubeadm_config.ts";
 import type { ClusterInitializer, ClusterInitParameters, SignalOptions } from "./initserver.ts";
 
 /** Name of the Secret holding the master secret and salt. */
@@ -56,30 +58,10 @@ export const DEFAULT_API_WAIT_MS = 120_000;
 /** Wait between attempts while the API server starts. */
 export const DEFAULT_API_POLL_MS = 2_000;
 
-/** What kubeadm's init configuration is generated from (helper O's `initConfiguration` options). */
-export interface KubeadmInitInput {
-  /** Kubernetes version. */
-  kubernetesVersion: string;
-  /** Cluster name. */
-  clusterName: string;
-  /** Normalized node name. */
-  nodeName: string;
-  /** The node's IP in the cluster network ("" when unknown). */
-  nodeIp: string;
-  /** Control-plane endpoint host ("" for none). */
-  controlPlaneEndpoint: string;
-  /** API server certificate SANs: the node IP, then the request's. */
-  certSans: string[];
-  /** Service CIDR ("" for kubeadm's default). */
-  serviceCidr: string;
-  /** Keep kube-proxy. */
-  conformanceMode: boolean;
-}
-
-/** Runs `kubeadm init` (helper O's `Kubeadm`). */
-export interface KubeadmInit<Config> {
+/** Runs `kubeadm init` ({@linkcode Kubeadm} in kubeadm.ts). */
+export interface KubeadmInit {
   /** Runs `kubeadm init` with `config`; rejects naming the tool, status and a redacted excerpt. */
-  init(config: Config, options?: SignalOptions): Promise<unknown>;
+  init(config: KubeadmInitConfig, options?: SignalOptions): Promise<unknown>;
 }
 
 /** This instance, from the metadata API (the metadata client's `self` and `endpoint`). */
@@ -119,11 +101,9 @@ export interface ClusterObjectsClient extends Disposable {
 }
 
 /** Options for {@linkcode KubeadmClusterInitializer}. */
-export interface KubeadmClusterInitializerOptions<Config> {
+export interface KubeadmClusterInitializerOptions {
   /** Runs kubeadm. */
-  kubeadm: KubeadmInit<Config>;
-  /** Builds kubeadm's configuration (helper O's `initConfiguration`). */
-  kubeadmConfig(input: KubeadmInitInput): Config;
+  kubeadm: KubeadmInit;
   /** This instance. */
   metadata: InitMetadata;
   /** Where kubeadm writes the admin kubeconfig (`NodePaths.adminConf`). */
@@ -157,12 +137,12 @@ export class ClusterInitError extends ReasonError<ClusterInitFailure> {}
 export const FIELD_MANAGER = "constellation-bootstrapper";
 
 /** {@linkcode ClusterInitializer} over kubeadm and the Kubernetes API. */
-export class KubeadmClusterInitializer<Config> implements ClusterInitializer {
-  readonly #options: KubeadmClusterInitializerOptions<Config>;
+export class KubeadmClusterInitializer implements ClusterInitializer {
+  readonly #options: KubeadmClusterInitializerOptions;
   readonly #logger: Logger;
 
   /** An initializer with `options`. */
-  constructor(options: KubeadmClusterInitializerOptions<Config>) {
+  constructor(options: KubeadmClusterInitializerOptions) {
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
   }
@@ -194,16 +174,18 @@ export class KubeadmClusterInitializer<Config> implements ClusterInitializer {
       "generating node name",
       () => Promise.resolve(k8sCompliantHostname(self.name)),
     );
-    const config = o.kubeadmConfig({
+    const config: KubeadmInitConfig = {
       kubernetesVersion: params.kubernetesVersion,
       clusterName: params.clusterName,
       nodeName,
       nodeIp: self.vpcIp,
-      controlPlaneEndpoint: endpoint?.host ?? "",
-      certSans: [self.vpcIp, ...params.apiServerCertSans].filter((san) => san !== ""),
-      serviceCidr: params.serviceCidr,
-      conformanceMode: params.conformanceMode,
-    });
+      // kubeadm takes "host" (port 6443) or "host:port".
+      controlPlaneHost: endpoint &&
+        (endpoint.port === KUBERNETES_PORT ? endpoint.host : joinHostPort(endpoint.host, endpoint.port)),
+      certSans: params.apiServerCertSans,
+      serviceSubnet: params.serviceCidr || undefined,
+      keepKubeProxy: params.conformanceMode,
+    };
     this.#logger.info("running kubeadm init", { nodeName });
     await fail("kubeadm", "kubeadm init", () => o.kubeadm.init(config, { signal }));
 

@@ -9,7 +9,8 @@
  */
 import type { Invocation } from "./args.ts";
 import { checkSharedCertificates, readClusterAuthority, writeControlPlaneCertificates } from "./certs.ts";
-import { type InitSettings, joinHostPort, type JoinSettings } from "./config.ts";
+import { type InitSettings, type JoinSettings } from "./config.ts";
+import { joinHostPort } from "../net/endpoint.ts";
 import { discoverClusterCa } from "./discovery.ts";
 import { KubeadmSimError } from "./errors.ts";
 import { kubeconfigYaml } from "./kubeconfig_file.ts";

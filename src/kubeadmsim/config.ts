@@ -543,7 +543,3 @@ function splitHostPortError(text: string): string {
   return "address is not host:port";
 }
 
-/** `host:port` for URLs (IPv6 in brackets). */
-export function joinHostPort(host: string, port: number): string {
-  return `${host.includes(":") ? `[${host}]` : host}:${port}`;
-}

@@ -19,7 +19,7 @@ import { clusterInfoSignatureKey, verifyClusterInfo } from "../kubernetes/cluste
 import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
 import { parseBootstrapToken } from "../kubernetes/bootstrap_token.ts";
 import { KubeadmSimError } from "./errors.ts";
-import { joinHostPort } from "./config.ts";
+import { joinHostPort } from "../net/endpoint.ts";
 
 const CLUSTER_INFO_PATH = "/api/v1/namespaces/kube-public/configmaps/cluster-info";
 const RETRY_MS = 1000;

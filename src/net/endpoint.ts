@@ -57,3 +57,8 @@ export function parseEndpoint(value: string): Endpoint {
   }
   return { host, port };
 }
+
+/** "host:port" for a URL or a flag, IPv6 addresses in brackets ("[::1]:9000"). */
+export function joinHostPort(host: string, port: number): string {
+  return `${host.includes(":") && !host.startsWith("[") ? `[${host}]` : host}:${port}`;
+}

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parseAttestationConfig } from "../../src/attestation/config.ts";
-import { KubeadmClusterInitializer, type KubeadmInitInput } from "../../src/bootstrapper/cluster_init.ts";
+import { KubeadmClusterInitializer } from "../../src/bootstrapper/cluster_init.ts";
+import type { KubeadmInitConfig } from "../../src/bootstrapper/kubeadm_config.ts";
 import type { ClusterInitParameters } from "../../src/bootstrapper/initserver.ts";
 import { componentsSource } from "../../src/joinservice/components.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
@@ -40,17 +41,16 @@ function parameters(overrides: Partial<ClusterInitParameters> = {}): ClusterInit
 async function setup(server: FakeApiServer, options: { kubeadmFails?: boolean } = {}) {
   const root = await Deno.makeTempDir({ prefix: "cluster-init-" });
   const adminConf = join(root, "admin.conf");
-  const kubeadmCalls: { config: string; input: KubeadmInitInput }[] = [];
+  const kubeadmCalls: KubeadmInitConfig[] = [];
   const installed: string[] = [];
-  const initializer = new KubeadmClusterInitializer<string>({
+  const initializer = new KubeadmClusterInitializer({
     kubeadm: {
       async init(config) {
-        kubeadmCalls.push({ config, input: JSON.parse(config) });
+        kubeadmCalls.push(config);
         if (options.kubeadmFails) throw new Error("kubeadm: exit status 1: [preflight] failed");
         await Deno.writeTextFile(adminConf, server.kubeconfig());
       },
     },
-    kubeadmConfig: (input) => JSON.stringify(input),
     metadata: {
       self: () => Promise.resolve({ name: "Control.Plane_0", vpcIp: "10.0.0.2" }),
       endpoint: () => Promise.resolve({ host: "10.0.0.100", port: 6443 }),
@@ -83,15 +83,15 @@ Deno.test("cluster init against the fake API server", async (t) => {
     const { kubeconfig } = await s.initializer.initialize(parameters());
     assert.equal(new TextDecoder().decode(kubeconfig), server.kubeconfig());
     assert.deepEqual(s.installed, ["/run/state/bin/kubeadm"]);
-    assert.deepEqual(s.kubeadmCalls[0].input, {
+    assert.deepEqual(s.kubeadmCalls[0], {
       kubernetesVersion: "v1.30.2",
       clusterName: "test-cluster",
       nodeName: "control.plane-0",
       nodeIp: "10.0.0.2",
-      controlPlaneEndpoint: "10.0.0.100",
-      certSans: ["10.0.0.2", "api.example"],
-      serviceCidr: "",
-      conformanceMode: false,
+      controlPlaneHost: "10.0.0.100",
+      certSans: ["api.example"],
+      serviceSubnet: undefined,
+      keepKubeProxy: false,
     });
 
     // Key service: /var/config/{mastersecret,salt} from the Secret.
