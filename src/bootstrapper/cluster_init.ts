@@ -44,7 +44,7 @@ import { k8sCompliantHostname } from "../kubernetes/nodename.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 import { joinHostPort } from "../net/endpoint.ts";
-import { KUBERNETES_PORT, type KubeadmInitConfig } from "./kubeadm_config.ts";
+import { type KubeadmInitConfig, KUBERNETES_PORT } from "./kubeadm_config.ts";
 import type { ClusterInitializer, ClusterInitParameters, SignalOptions } from "./initserver.ts";
 
 /** Name of the Secret holding the master secret and salt. */

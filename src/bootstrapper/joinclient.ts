@@ -34,7 +34,7 @@ import { AsnConvert } from "@peculiar/asn1-schema";
 import { ECParameters, ECPrivateKey, id_secp256r1 } from "@peculiar/asn1-ecc";
 import { PrivateKeyInfo } from "@peculiar/asn1-pkcs8";
 import type { IssueJoinTicketResponse } from "../gen/join/join_pb.ts";
-import { k8sCompliantHostname } from "../joinservice/nodename.ts";
+import { k8sCompliantHostname } from "../kubernetes/nodename.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 import { encodePem } from "../x509/pem.ts";

@@ -542,4 +542,3 @@ function splitHostPortError(text: string): string {
   if (!text.startsWith("[") && text.split(":").length > 2) return "too many colons in address";
   return "address is not host:port";
 }
-

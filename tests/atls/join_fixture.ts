@@ -85,8 +85,8 @@ export async function startJoinFixture(validator: Validator): Promise<JoinFixtur
   const client = createClient(API, tls.transport);
   return {
     client,
-    endpoint: `localhost:${server.address.port}`,
-    caPem: ca.certPem,
+    endpoint: tls.endpoint,
+    caPem: tls.caPem,
     clock: world.clock,
     get verified() {
       return world.audit.filter((entry) => entry.outcome === "issued").map((entry) => ({

@@ -14,6 +14,10 @@ import { createTestCa, issueLoopbackServerCert } from "./pki.ts";
 export interface TlsRpc extends AsyncDisposable {
   /** A gRPC transport over one connection to the server. */
   transport: Transport;
+  /** "localhost:<port>": the server, for clients that dial it themselves. */
+  endpoint: string;
+  /** PEM of the CA that issued the server's certificate (for "localhost" and 127.0.0.1). */
+  caPem: string;
 }
 
 /** Serves `routes` on 127.0.0.1 over TLS; dispose to close client and server. */
@@ -36,6 +40,8 @@ export async function serveOverTls(
   });
   return {
     transport: connection.transport,
+    endpoint: `localhost:${server.address.port}`,
+    caPem: ca.certPem,
     async [Symbol.asyncDispose]() {
       connection.close();
       await server.shutdown(1000);
