@@ -53,6 +53,7 @@ import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 import type { AppliedTicket, JoiningNode, NodeRole, TicketApplier } from "./joinclient.ts";
 import { errorFields, systemTimers, type Timers, withDeadline } from "./retry.ts";
+import type { KubeadmJoinConfig } from "./kubeadm_config.ts";
 
 /** Writes a file atomically (helper O's `writeFileAtomic` in `src/fs/atomic_write.ts`). */
 export type WriteFileAtomic = (
@@ -86,25 +87,7 @@ export interface ComponentsInstaller {
   install(components: readonly Component[], options?: { signal?: AbortSignal }): Promise<void>;
 }
 
-/** What `kubeadm join` is configured with (helper O's join configuration options). */
-export interface KubeadmJoinConfig {
-  /** "host:port" of the API server (discovery). */
-  apiServerEndpoint: string;
-  /** Bootstrap token "<id>.<secret>": a secret. */
-  token: string;
-  /** Discovery CA pins, "sha256:<hex>". */
-  caCertHashes: string[];
-  /** Normalized node name. */
-  nodeName: string;
-  /** The node's IP (kubelet `node-ip`); "" when unknown. */
-  nodeIp: string;
-  /** The node's provider ID; "" when unknown. */
-  providerId: string;
-  /** Present for a control-plane join: the local API endpoint; certificates come from the ticket. */
-  controlPlane?: { advertiseAddress: string; bindPort: number };
-}
-
-/** Runs kubeadm (helper O's `Kubeadm`). */
+/** Runs `kubeadm join` ({@linkcode Kubeadm} in kubeadm.ts). */
 export interface KubeadmJoiner {
   /** `kubeadm join` with `config`; rejects on failure (with a token-free message). */
   join(config: KubeadmJoinConfig, options?: { signal?: AbortSignal }): Promise<unknown>;

@@ -47,6 +47,8 @@ export interface BootstrapperFlags {
   stateDisk: string;
   /** The state disk's first-boot passphrase. */
   stateDiskPassphraseFile: string;
+  /** Key derivation for the disk key's keyslot; undefined: cryptsetup's default (argon2id). */
+  stateDiskPbkdf?: { type: "pbkdf2" | "argon2i" | "argon2id"; forceIterations?: number };
   /** The join service's port on control-plane nodes. */
   joinServicePort: number;
   /** Pause between join attempts. */
@@ -85,6 +87,9 @@ Flags:
                                 (default /dev/disk/by-partlabel/state)
   --state-disk-passphrase-file <file>
                                 first-boot passphrase (default <root>/run/cryptsetup-keys.d/state.key)
+  --state-disk-pbkdf <type[:iterations]>
+                                key derivation for the disk key's keyslot (default: cryptsetup's,
+                                argon2id tuned to ~2 s); e.g. pbkdf2:1000 for throwaway test disks
   --port <port>                 init.API port (default 9000)
   --listen-address <addr>       IP address to bind (default 0.0.0.0)
   --join-service-port <port>    the join service on control-plane nodes (default 30090)
@@ -125,6 +130,7 @@ export function parseBootstrapperFlags(
     journalctl: { type: "string", default: "journalctl" },
     "state-disk": { type: "string", default: "/dev/disk/by-partlabel/state" },
     "state-disk-passphrase-file": { type: "string" },
+    "state-disk-pbkdf": { type: "string" },
     port: { type: "string", default: "9000" },
     "listen-address": { type: "string", default: "0.0.0.0" },
     "join-service-port": { type: "string", default: "30090" },
@@ -171,6 +177,7 @@ export function parseBootstrapperFlags(
     stateDisk: values["state-disk"],
     stateDiskPassphraseFile: values["state-disk-passphrase-file"] ??
       underRoot(root, "run/cryptsetup-keys.d/state.key"),
+    stateDiskPbkdf: values["state-disk-pbkdf"] === undefined ? undefined : pbkdf(values["state-disk-pbkdf"]),
     joinServicePort: parsePort(values["join-service-port"], "--join-service-port"),
     joinRetryIntervalMs: seconds(values["join-retry-interval"], "--join-retry-interval"),
     joinCallTimeoutMs: seconds(values["join-call-timeout"], "--join-call-timeout"),
@@ -185,6 +192,19 @@ function absolute(value: string, flag: string): string {
 
 function underRoot(root: string, path: string): string {
   return root === "/" ? `/${path}` : `${root}/${path}`;
+}
+
+function pbkdf(value: string): NonNullable<BootstrapperFlags["stateDiskPbkdf"]> {
+  const match = /^(pbkdf2|argon2i|argon2id)(?::(\d+))?$/.exec(value);
+  if (!match) {
+    throw new UsageError(
+      `invalid --state-disk-pbkdf "${value}": want pbkdf2, argon2i or argon2id, e.g. pbkdf2:1000`,
+    );
+  }
+  const type = match[1] as "pbkdf2" | "argon2i" | "argon2id";
+  return match[2] === undefined
+    ? { type }
+    : { type, forceIterations: parsePositive(match[2], "--state-disk-pbkdf") };
 }
 
 function seconds(value: string, flag: string): number {

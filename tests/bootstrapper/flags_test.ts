@@ -64,6 +64,11 @@ Deno.test("a bad command line names the problem", async (t) => {
       args: ["--attestation-variant", "dummy", "--listen-address", "node-1"],
       want: /--listen-address/,
     },
+    {
+      name: "bad key derivation",
+      args: ["--attestation-variant", "dummy", "--state-disk-pbkdf", "md5"],
+      want: /invalid --state-disk-pbkdf "md5"/,
+    },
     { name: "unknown flag", args: ["--attestation-variant", "dummy", "--debug"], want: /debug/ },
   ];
   for (const row of rows) {

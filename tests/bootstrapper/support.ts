@@ -9,9 +9,9 @@
  */
 import { create } from "@bufbuild/protobuf";
 import type { Timers } from "../../src/bootstrapper/retry.ts";
+import type { KubeadmJoinConfig } from "../../src/bootstrapper/kubeadm_config.ts";
 import type {
   ApplyDependencies,
-  KubeadmJoinConfig,
   WriteFileAtomic,
   WriteNodeState,
 } from "../../src/bootstrapper/apply_ticket.ts";

@@ -15,6 +15,7 @@ import { injectFailures } from "../../src/kubeadmsim/inject.ts";
 import { readRecords, RECORD_FILE } from "../../src/kubeadmsim/record.ts";
 import { SimRoot } from "../../src/kubeadmsim/root.ts";
 import * as x509 from "../../src/x509/x509.ts";
+import { publishClusterInfo } from "../support/cluster_info.ts";
 import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserver.ts";
 import { opensslVerify } from "../support/openssl.ts";
 
@@ -189,29 +190,14 @@ async function initCluster(dir: string): Promise<Cluster> {
   return { dir, root, server, endpoint, caPem, caHash: await discoveryTokenCaCertHash(caPem), init };
 }
 
-/** What kubeadm's bootstrap-token phase and the join service do: cluster-info and a token Secret. */
+/** Publishes cluster-info as kubeadm's bootstrap-token phase would, and creates a bootstrap token. */
 async function publishClusterInfoAndToken(cluster: Cluster): Promise<string> {
-  using admin = await clientFrom(await Deno.readTextFile(`${cluster.root}/etc/kubernetes/admin.conf`));
-  const kubeconfig = stringify({
-    apiVersion: "v1",
-    kind: "Config",
-    clusters: [{
-      name: "",
-      cluster: {
-        server: `https://${cluster.endpoint}`,
-        "certificate-authority-data": new TextEncoder().encode(cluster.caPem).toBase64(),
-      },
-    }],
+  await publishClusterInfo({
+    adminConf: `${cluster.root}/etc/kubernetes/admin.conf`,
+    endpoint: cluster.endpoint,
+    caPem: cluster.caPem,
   });
-  await admin.getConfigMap("kube-public", "cluster-info").then(
-    () => {},
-    async () => {
-      await admin.createConfigMap("kube-public", {
-        metadata: { name: "cluster-info" },
-        data: { kubeconfig },
-      });
-    },
-  );
+  using admin = await clientFrom(await Deno.readTextFile(`${cluster.root}/etc/kubernetes/admin.conf`));
   const token = generateBootstrapToken();
   await admin.createSecret("kube-system", bootstrapTokenSecret(token, new Date(Date.now() + 15 * 60_000)));
   return token.token;

@@ -20,17 +20,29 @@ export interface Swtpm {
 const READY_TIMEOUT_MS = 10_000;
 const STOP_TIMEOUT_MS = 5_000;
 
+/** Options for {@linkcode startSwtpm}. */
+export interface SwtpmOptions {
+  /**
+   * Keeps the TPM's state (keys, NV) in this directory, which `stop()` does
+   * not remove: a second swtpm on the same directory is the same TPM after
+   * a reboot (PCRs reset, the same keys). Default: a fresh TPM whose state
+   * `stop()` removes.
+   */
+  stateDir?: string;
+}
+
 /** Starts swtpm (TPM 2.0, already started up with TPM2_Startup(CLEAR)). */
-export async function startSwtpm(): Promise<Swtpm> {
+export async function startSwtpm(options: SwtpmOptions = {}): Promise<Swtpm> {
   const dir = await Deno.makeTempDir({ prefix: "swtpm-" });
   const socket = `${dir}/tpm.sock`;
   const control = `${socket}.ctrl`; // where the swtpm TCTI expects the control channel
-  await Deno.mkdir(`${dir}/state`);
+  const stateDir = options.stateDir ?? `${dir}/state`;
+  await Deno.mkdir(stateDir, { recursive: true });
   let child: Deno.ChildProcess;
   try {
     child = new Deno.Command("swtpm", {
       args: [
-        ...["socket", "--tpm2", "--tpmstate", `dir=${dir}/state`],
+        ...["socket", "--tpm2", "--tpmstate", `dir=${stateDir}`],
         ...["--server", `type=unixio,path=${socket}`, "--ctrl", `type=unixio,path=${control}`],
         ...["--flags", "not-need-init,startup-clear"],
       ],

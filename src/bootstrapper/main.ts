@@ -1,0 +1,292 @@
+/**
+ * The bootstrapper: baked into every node image, it turns the node into a
+ * member of a confidential Kubernetes cluster (see run.ts for the flow,
+ * flags.ts for the command line).
+ *
+ * A bad command line ends the process with status 2; a bad configuration
+ * (unknown variant, unreachable TPM, missing state disk or passphrase file)
+ * with status 1 and one log line naming it, before anything listens.
+ *
+ * Permissions: the `bootstrapper` permission set of deno.json (the node's
+ * paths under `/`, its tools, net). A node root elsewhere (tests, the local
+ * cluster) needs `--allow-read`/`--allow-write` naming it, and a kubeadm
+ * elsewhere an `--allow-run` naming every tool (Deno replaces the set's
+ * lists with the flags given):
+ *
+ * ```sh
+ * deno task bootstrapper --attestation-variant qemu-vtpm
+ * deno run -P=bootstrapper --allow-read=/srv/node-1 --allow-write=/srv/node-1 \
+ *   --allow-run=/srv/node-1/run/state/bin/kubeadm,cryptsetup,ln,tpm2_createprimary,tpm2_quote,tpm2_flushcontext,tpm2_pcrread,tpm2_pcrevent \
+ *   src/bootstrapper/main.ts --root /srv/node-1 --attestation-variant qemu-vtpm --tpm swtpm:host=127.0.0.1,port=2321 ...
+ * ```
+ *
+ * @module
+ */
+import { createIssuer, knownVariants } from "../attestation/registry.ts";
+import type { Issuer } from "../attestation/attestation.ts";
+import type { TpmConnection } from "../attestation/tpm/tools.ts";
+import { systemClock } from "../clock.ts";
+import { commandLine } from "../flags/flags.ts";
+import { removeIfExists, writeFileAtomic } from "../fs/atomic_write.ts";
+import { API } from "../gen/init/init_pb.ts";
+import { createLogger, type Logger } from "../log/logger.ts";
+import { MetadataClient } from "../metadata/client.ts";
+import { serveRpc } from "../rpc/server.ts";
+import { terminationSignal } from "../rpc/signals.ts";
+import { createSelfSignedCertificate } from "../x509/selfsigned.ts";
+import { JoinTicketApplier } from "./apply_ticket.ts";
+import { KubeadmClusterInitializer } from "./cluster_init.ts";
+import { ComponentInstaller } from "./components.ts";
+import { FileClusterMarker, filePcr15Path } from "./file_marker.ts";
+import { BOOTSTRAPPER_USAGE, type BootstrapperFlags, parseBootstrapperFlags } from "./flags.ts";
+import { InitServer } from "./initserver.ts";
+import { JoinClient } from "./joinclient.ts";
+import { AttestedTicketSource } from "./join_ticket_source.ts";
+import { Kubeadm } from "./kubeadm.ts";
+import { JournalLogs } from "./logs.ts";
+import { type ClusterMarker, NodeLock } from "./nodelock.ts";
+import { type NodePaths, nodePaths } from "./node_paths.ts";
+import { readNodeState, writeNodeState } from "./node_state.ts";
+import { isNodeBound, TpmClusterMarker } from "./pcr15.ts";
+import { rejoin } from "./rejoin.ts";
+import {
+  EXIT_FAILURE,
+  type KubeletStarter,
+  type Outcome,
+  runBootstrapper,
+  type RunDependencies,
+} from "./run.ts";
+import { LuksStateDisk } from "./state_disk.ts";
+import { Systemctl } from "./systemd.ts";
+
+/** The kubelet's systemd unit. */
+const KUBELET_UNIT = "kubelet.service";
+/** How long the init server lets calls in flight finish when it stops. */
+const SHUTDOWN_GRACE_MS = 5_000;
+
+/** Runs the bootstrapper with command-line `args`; resolves to the exit status. */
+export async function main(args: string[]): Promise<number> {
+  const flags = commandLine(args, {
+    component: "bootstrapper",
+    usage: BOOTSTRAPPER_USAGE,
+    parse: (a) =>
+      parseBootstrapperFlags(a, { attestationVariant: Deno.env.get("CONSTEL_ATTESTATION_VARIANT") }),
+  });
+  if (typeof flags === "number") return flags;
+
+  const paths = nodePaths(flags.root);
+  const logger = createLogger({
+    level: flags.logLevel,
+    fields: { component: "bootstrapper" },
+    write: logFileWriter(paths.bootstrapperLog),
+  });
+  const stop = new AbortController();
+  terminationSignal().then((signal) => {
+    logger.info("stopping", { signal });
+    stop.abort(new Error(`stopped by ${signal}`));
+  });
+  let node: Node;
+  try {
+    node = await prepare(flags, paths, logger, stop.signal);
+  } catch (err) {
+    logger.error(`cannot start: ${(err instanceof Error ? err.message : String(err)).split("\n")[0]}`);
+    return EXIT_FAILURE;
+  }
+  try {
+    if (flags.command === "rejoin") return await runRejoin(flags, node, stop.signal);
+    return await runBootstrapper(node.runDependencies, { signal: stop.signal });
+  } catch (err) {
+    logger.error(`bootstrapper failed: ${err instanceof Error ? err.message : String(err)}`);
+    return EXIT_FAILURE;
+  }
+}
+
+/** The node's adapters, wired. */
+interface Node {
+  paths: NodePaths;
+  logger: Logger;
+  issuer: Issuer;
+  lock: NodeLock;
+  disk: LuksStateDisk;
+  metadata: MetadataClient;
+  tickets: AttestedTicketSource;
+  runDependencies: RunDependencies;
+}
+
+/** Checks the configuration and builds every adapter; throws naming the first problem. */
+async function prepare(
+  flags: BootstrapperFlags,
+  paths: NodePaths,
+  logger: Logger,
+  signal: AbortSignal,
+): Promise<Node> {
+  if (!knownVariants().includes(flags.attestationVariant)) {
+    throw new Error(
+      `unknown attestation variant "${flags.attestationVariant}"; known: ${knownVariants().join(", ")}`,
+    );
+  }
+  for (
+    const [file, what] of [[flags.stateDisk, "--state-disk"], [
+      flags.stateDiskPassphraseFile,
+      "initial passphrase",
+    ]]
+  ) {
+    await Deno.stat(file).catch((err) => {
+      throw new Error(
+        `${what} ${file}: ${err instanceof Deno.errors.NotFound ? "no such file" : err.message}`,
+      );
+    });
+  }
+  const tpm: TpmConnection | undefined = flags.tpm === "none" ? undefined : { tcti: flags.tpm.tcti };
+  const fileMarker = tpm ? undefined : new FileClusterMarker(filePcr15Path(flags.root));
+  if (fileMarker) {
+    logger.warn("no TPM (--tpm none): PCR 15 is a file; the node's cluster binding is not measured");
+  }
+  const marker: ClusterMarker = tpm ? new TpmClusterMarker(tpm) : fileMarker!;
+  const binding = {
+    isBound: (o?: { signal?: AbortSignal }) => tpm ? isNodeBound(tpm, o) : fileMarker!.isBound(),
+  };
+  // Reads PCR 15 once now, so an unreachable TPM stops the process before it listens.
+  await binding.isBound({ signal });
+
+  const issuer = await createIssuer(flags.attestationVariant, { tcti: tpm?.tcti, logger, signal });
+  const lock = new NodeLock(marker);
+  const disk = new LuksStateDisk({
+    device: flags.stateDisk,
+    cryptsetup: flags.cryptsetup,
+    initialPassphraseFile: flags.stateDiskPassphraseFile,
+    pbkdf: flags.stateDiskPbkdf,
+  });
+  const metadata = new MetadataClient({
+    baseUrl: `${flags.metadataUrl}/`,
+    timeoutMs: flags.joinCallTimeoutMs,
+  });
+  const tickets = new AttestedTicketSource({ issuer });
+  const kubeadm = new Kubeadm({
+    binary: flags.kubeadm,
+    tmpDir: paths.tmpDir,
+    kubernetesDir: paths.kubernetesDir,
+  });
+  const systemctl = flags.systemctl === "none" ? undefined : new Systemctl({ binary: flags.systemctl });
+  const units = {
+    start: async (unit: string, o?: { signal?: AbortSignal }) => {
+      if (systemctl) return await systemctl.start(unit, o);
+      logger.warn(`no systemd (--systemctl none): ${unit} not started`);
+    },
+  };
+  const kubelet: KubeletStarter = { startKubelet: (o) => units.start(KUBELET_UNIT, o) };
+  const logs = new JournalLogs({
+    binary: flags.journalctl === "none" ? undefined : flags.journalctl,
+    fallbackFile: paths.bootstrapperLog,
+  });
+  const components = new ComponentInstaller({ logger }, { root: paths.root, tmpDir: paths.tmpDir });
+
+  const runDependencies: RunDependencies = {
+    logger,
+    binding,
+    kubelet,
+    startInitServer: async (hooks) => {
+      const initServer = new InitServer({
+        issuer,
+        initSecretHash: metadata,
+        lock,
+        onLocked: hooks.onLocked,
+        disk,
+        nodeState: { write: (state, o) => writeNodeState(paths.nodeState, state, o) },
+        cluster: new KubeadmClusterInitializer({ kubeadm, metadata, paths, components, logger }),
+        logs,
+        clock: systemClock,
+        logger,
+      });
+      const tls = await createSelfSignedCertificate({ commonName: "bootstrapper", dnsNames: ["localhost"] });
+      const server = await serveRpc({
+        hostname: flags.listenAddress,
+        port: flags.port,
+        tls,
+        routes: (router) => router.service(API, initServer.handlers()),
+      });
+      logger.info("listening", { address: flags.listenAddress, port: server.address.port });
+      return {
+        finished: initServer.outcome.then((o): Outcome =>
+          o.ok ? { ok: true } : { ok: false, error: new Error(o.error) }
+        ),
+        stop: async () => {
+          initServer.close();
+          await server.shutdown(SHUTDOWN_GRACE_MS);
+        },
+      };
+    },
+    runJoinClient: async (hooks, { signal }) => {
+      const applier = new JoinTicketApplier({
+        lock,
+        onLocked: hooks.onLocked,
+        disk,
+        writeFile: writeFileAtomic,
+        writeNodeState,
+        removeFile: removeIfExists,
+        components,
+        kubeadm,
+        systemd: units,
+        paths,
+        logger,
+      });
+      const joinClient = new JoinClient({ metadata, tickets, disk, applier, logger }, {
+        retryIntervalMs: flags.joinRetryIntervalMs,
+        callTimeoutMs: flags.joinCallTimeoutMs,
+        joinServicePort: flags.joinServicePort,
+      });
+      const outcome = await joinClient.run({ signal });
+      if (outcome.status !== "joined") throw signal.reason ?? new Error("join client stopped");
+    },
+  };
+  return { paths, logger, issuer, lock, disk, metadata, tickets, runDependencies };
+}
+
+/** `bootstrapper rejoin`: unlocks an initialized disk's key and re-binds PCR 15. */
+async function runRejoin(flags: BootstrapperFlags, node: Node, signal: AbortSignal): Promise<number> {
+  const outcome = await rejoin({
+    disk: node.disk,
+    metadata: node.metadata,
+    tickets: node.tickets,
+    readNodeState,
+    lock: node.lock,
+    nodeStatePath: node.paths.nodeState,
+    logger: node.logger,
+  }, {
+    retryIntervalMs: flags.joinRetryIntervalMs,
+    callTimeoutMs: flags.joinCallTimeoutMs,
+    joinServicePort: flags.joinServicePort,
+    signal,
+  });
+  node.logger.info(
+    outcome.status === "rebound"
+      ? "rejoined: the state disk opens with the cluster's key and PCR 15 is bound again"
+      : outcome.status === "not-initialized"
+      ? "the state disk is not initialized: nothing to rejoin, run the bootstrapper"
+      : "rejoin stopped",
+  );
+  return 0;
+}
+
+/**
+ * Writes each log line to stderr and appends it to the bootstrapper's own
+ * log file, the source of the logs an init failure streams when the node
+ * has no journal.
+ */
+function logFileWriter(path: string): (line: string) => void {
+  const encoder = new TextEncoder();
+  let file: Deno.FsFile | undefined;
+  try {
+    Deno.mkdirSync(path.slice(0, path.lastIndexOf("/")), { recursive: true });
+    file = Deno.openSync(path, { append: true, create: true, mode: 0o600 });
+  } catch {
+    // No log file: stderr (and the journal, under systemd) still has every line.
+  }
+  return (line) => {
+    const bytes = encoder.encode(line + "\n");
+    Deno.stderr.writeSync(bytes);
+    file?.writeSync(bytes);
+  };
+}
+
+if (import.meta.main) Deno.exit(await main(Deno.args));
