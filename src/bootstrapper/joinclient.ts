@@ -42,6 +42,7 @@ import { PEM_EC_PRIVATE_KEY } from "../x509/private_key.ts";
 import * as x509 from "../x509/x509.ts";
 import type { JoinTicketRequest, TicketCallOptions } from "./join_ticket_source.ts";
 import { errorFields, retryUntilDone, systemTimers, type Timers, withDeadline } from "./retry.ts";
+import { joinHostPort } from "../net/endpoint.ts";
 
 /** The join service's node port on control-plane nodes (`JoinServiceNodePort`). */
 export const JOIN_SERVICE_NODE_PORT = 30090;
@@ -355,7 +356,7 @@ export function controlPlaneEndpoints(
   return peers
     .filter((peer) => peer.role === "ControlPlane" && peer.vpcIp !== "")
     .filter((peer) => peer.name !== self.metadataName && (self.vpcIp === "" || peer.vpcIp !== self.vpcIp))
-    .map((peer) => peer.vpcIp.includes(":") ? `[${peer.vpcIp}]:${port}` : `${peer.vpcIp}:${port}`);
+    .map((peer) => joinHostPort(peer.vpcIp, port));
 }
 
 /** A fresh kubelet key and the CSR for it. */

@@ -8,6 +8,7 @@ import {
   type LuksStateDiskOptions,
   StateDiskError,
 } from "../../src/bootstrapper/state_disk.ts";
+import { cryptsetup } from "../support/cryptsetup.ts";
 import { recordingTool } from "../support/recording_tool.ts";
 
 /** Cheap key derivation so tests stay fast; production keeps cryptsetup's default (argon2id). */
@@ -20,24 +21,6 @@ interface Fixture {
   initialKeyFile: string;
   initialKey: Uint8Array;
   disk(options?: Partial<LuksStateDiskOptions>): LuksStateDisk;
-}
-
-async function cryptsetup(args: string[], stdin?: Uint8Array): Promise<Deno.CommandOutput> {
-  const child = new Deno.Command("cryptsetup", {
-    args,
-    clearEnv: true,
-    stdin: stdin ? "piped" : "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  if (stdin) {
-    const writer = child.stdin.getWriter();
-    await writer.write(stdin);
-    await writer.close();
-  }
-  const output = await child.output();
-  if (!output.success) throw new Error(`cryptsetup ${args[0]}: ${new TextDecoder().decode(output.stderr)}`);
-  return output;
 }
 
 /** A fresh LUKS2 container as the disk-mapper leaves it: initial key in keyslot 0, token 0 not initialized. */
