@@ -24,7 +24,7 @@ import { BOOT_PCRS, type BootstrapNode, createBootstrapNode } from "../support/b
 import { publishClusterInfo } from "../support/cluster_info.ts";
 import { diskOpensWith } from "../support/cryptsetup.ts";
 import { startFakeApiServer } from "../support/fake_apiserver.ts";
-import { keyServiceArgs, KEY_SERVICE_LISTENING, REPO_ROOT } from "../keyservice/key_service_process.ts";
+import { KEY_SERVICE_LISTENING, keyServiceArgs, REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
 import { type RunningService, startService } from "../support/process.ts";
 import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
@@ -42,7 +42,9 @@ async function extended(old: Uint8Array, data: Uint8Array): Promise<string> {
 
 /** Lines of a process's stderr that hold `text`. */
 function linesWith(process: RunningService, text: string | RegExp): string[] {
-  return process.stderrLines.filter((line) => typeof text === "string" ? line.includes(text) : text.test(line));
+  return process.stderrLines.filter((line) =>
+    typeof text === "string" ? line.includes(text) : text.test(line)
+  );
 }
 
 Deno.test("bootstrapper processes: init, joins, failures and rejoin on one cluster", async (t) => {
@@ -56,7 +58,11 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       }),
     );
     const controlPlane = stack.use(
-      await createBootstrapNode({ dir, name: "control-plane-0", metadataUrl: metadata.nodeUrl("control-plane-0") }),
+      await createBootstrapNode({
+        dir,
+        name: "control-plane-0",
+        metadataUrl: metadata.nodeUrl("control-plane-0"),
+      }),
     );
     const cpPaths = nodePaths(controlPlane.root);
     const apiServer = await startFakeApiServer({ pkiDir: cpPaths.pkiDir });
@@ -68,7 +74,9 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
     const pcrs = await readPcrs({ tcti: controlPlane.tpm.tcti }, [...BOOT_PCRS, 15]);
     const attestationConfigText = JSON.stringify({
       variant: "qemu-vtpm",
-      measurements: Object.fromEntries([...pcrs].map(([i, v]) => [String(i), { expected: v.toHex(), warnOnly: false }])),
+      measurements: Object.fromEntries(
+        [...pcrs].map(([i, v]) => [String(i), { expected: v.toHex(), warnOnly: false }]),
+      ),
       akTrust: { trustAnyKey: true, controlPlaneAnyKey: true },
     });
     const validator = createValidator(
@@ -80,9 +88,9 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
     const measurementSalt = crypto.getRandomValues(new Uint8Array(32));
     const kms = new ClusterKms(masterKey, masterSalt);
     const initRequest = (initSecret: string) => ({
-      kmsUri: `kms://cluster-kms?key=${encodeURIComponent(masterKey.toBase64({ alphabet: "base64url" }))}&salt=${
-        encodeURIComponent(masterSalt.toBase64({ alphabet: "base64url" }))
-      }`,
+      kmsUri: `kms://cluster-kms?key=${
+        encodeURIComponent(masterKey.toBase64({ alphabet: "base64url" }))
+      }&salt=${encodeURIComponent(masterSalt.toBase64({ alphabet: "base64url" }))}`,
       storageUri: "storage://no-store",
       kubernetesVersion: KUBERNETES_VERSION,
       initSecret: new TextEncoder().encode(initSecret),
@@ -110,47 +118,66 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
     });
 
     let clusterId: Uint8Array;
-    await t.step("init: the opened kubeconfig is kubeadm's admin.conf; PCR 15, disk and node state are bound", async () => {
-      const logs: Uint8Array[] = [];
-      const result = await initCluster(initRequest(INIT_SECRET), {
-        transport: cpConnection.transport,
-        validator,
-        onLog: (chunk) => logs.push(chunk),
-      });
-      clusterId = result.clusterId;
-      assert.deepEqual(result.kubeconfig, await Deno.readFile(cpPaths.adminConf));
-      const measurementSecret = await deriveMeasurementSecret(kms);
-      assert.equal(result.clusterId.toHex(), (await deriveClusterId(measurementSecret, measurementSalt)).toHex());
-      assert.equal((await controlPlane.pcr15()).toHex(), await extended(new Uint8Array(32), result.clusterId));
-      const uuid = await diskUuid(controlPlane.disk);
-      assert.ok(await diskOpensWith(controlPlane.disk, await deriveStateDiskKey(kms, uuid)), "the disk key opens the disk");
-      assert.ok(
-        !await diskOpensWith(controlPlane.disk, await Deno.readFile(cpPaths.initialPassphrase)),
-        "the first-boot passphrase no longer does",
-      );
-      const state = await readNodeState(cpPaths.nodeState);
-      assert.equal(state.role, "ControlPlane");
-      assert.deepEqual(state.measurementSalt, measurementSalt);
-      const [preflight] = await readRecords(new SimRoot(controlPlane.root));
-      assert.equal(preflight.exitCode, 0);
-      // The process is done once Init is: exit 0, nothing listens any more.
-      assert.equal((await exited(cpProcess)).code, 0);
-      assert.match(cpProcess.stderrLines.at(-1)!, /init done; bootstrapper done/);
-      assert.equal(linesWith(cpProcess, INIT_SECRET).length, 0, "the init secret is in no log line");
-    });
+    await t.step(
+      "init: the opened kubeconfig is kubeadm's admin.conf; PCR 15, disk and node state are bound",
+      async () => {
+        const logs: Uint8Array[] = [];
+        const result = await initCluster(initRequest(INIT_SECRET), {
+          transport: cpConnection.transport,
+          validator,
+          onLog: (chunk) => logs.push(chunk),
+        });
+        clusterId = result.clusterId;
+        assert.deepEqual(result.kubeconfig, await Deno.readFile(cpPaths.adminConf));
+        const measurementSecret = await deriveMeasurementSecret(kms);
+        assert.equal(
+          result.clusterId.toHex(),
+          (await deriveClusterId(measurementSecret, measurementSalt)).toHex(),
+        );
+        assert.equal(
+          (await controlPlane.pcr15()).toHex(),
+          await extended(new Uint8Array(32), result.clusterId),
+        );
+        const uuid = await diskUuid(controlPlane.disk);
+        assert.ok(
+          await diskOpensWith(controlPlane.disk, await deriveStateDiskKey(kms, uuid)),
+          "the disk key opens the disk",
+        );
+        assert.ok(
+          !await diskOpensWith(controlPlane.disk, await Deno.readFile(cpPaths.initialPassphrase)),
+          "the first-boot passphrase no longer does",
+        );
+        const state = await readNodeState(cpPaths.nodeState);
+        assert.equal(state.role, "ControlPlane");
+        assert.deepEqual(state.measurementSalt, measurementSalt);
+        const [preflight] = await readRecords(new SimRoot(controlPlane.root));
+        assert.equal(preflight.exitCode, 0);
+        // The process is done once Init is: exit 0, nothing listens any more.
+        assert.equal((await exited(cpProcess)).code, 0);
+        assert.match(cpProcess.stderrLines.at(-1)!, /init done; bootstrapper done/);
+        assert.equal(linesWith(cpProcess, INIT_SECRET).length, 0, "the init secret is in no log line");
+      },
+    );
 
     // The cluster's services, started from the objects the init created (as their DaemonSets would be).
     const config = `${dir}/services`;
     await Deno.mkdir(config);
-    const secret = apiServer.getObject("/api/v1/namespaces/kube-system/secrets/constellation-mastersecret") as { data: Record<string, string> };
-    await Deno.writeFile(`${config}/mastersecret`, Uint8Array.fromBase64(secret.data.mastersecret), { mode: 0o600 });
+    const secret = apiServer.getObject(
+      "/api/v1/namespaces/kube-system/secrets/constellation-mastersecret",
+    ) as { data: Record<string, string> };
+    await Deno.writeFile(`${config}/mastersecret`, Uint8Array.fromBase64(secret.data.mastersecret), {
+      mode: 0o600,
+    });
     await Deno.writeFile(`${config}/salt`, Uint8Array.fromBase64(secret.data.salt), { mode: 0o600 });
     const joinConfig = apiServer.getObject("/api/v1/namespaces/kube-system/configmaps/join-config") as {
       data: Record<string, string>;
       binaryData: Record<string, string>;
     };
     await Deno.writeTextFile(`${config}/attestationConfig`, joinConfig.data.attestationConfig);
-    await Deno.writeFile(`${config}/measurementSalt`, Uint8Array.fromBase64(joinConfig.binaryData.measurementSalt));
+    await Deno.writeFile(
+      `${config}/measurementSalt`,
+      Uint8Array.fromBase64(joinConfig.binaryData.measurementSalt),
+    );
     await publishClusterInfo({
       adminConf: cpPaths.adminConf,
       endpoint: apiEndpoint,
@@ -163,7 +190,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
     );
     stack.defer(() => keyService.stop().then(() => {}));
     // A fixed port, so the join service can be started late (a node that finds it down at first).
-    const joinPort = await freePort();
+    const joinPort = freePort();
     const startJoinService = async () => {
       const service = await startService("deno", [
         "run",
@@ -185,42 +212,56 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
     // Joining nodes get addresses of their own (a kubelet certificate may not name a loopback address); only
     // control-plane-0's join service is dialed, at 127.0.0.1.
     let nextAddress = 10;
-    const addNode = async (name: string, role: "ControlPlane" | "Worker", options: { tamperPcr4?: boolean } = {}) => {
+    const addNode = async (
+      name: string,
+      role: "ControlPlane" | "Worker",
+      options: { tamperPcr4?: boolean } = {},
+    ) => {
       metadata.setInstance({ name, role, vpcIp: `192.0.2.${nextAddress++}` });
-      return stack.use(await createBootstrapNode({ dir, name, metadataUrl: metadata.nodeUrl(name), ...options }));
+      return stack.use(
+        await createBootstrapNode({ dir, name, metadataUrl: metadata.nodeUrl(name), ...options }),
+      );
     };
 
     let worker: BootstrapNode;
-    await t.step("a worker finds the join service down, keeps retrying, then joins; kubeadm join fails twice first", async () => {
-      worker = await addNode("worker-1", "Worker");
-      await injectFailures(new SimRoot(worker.root), { join: { count: 2, message: "injected: etcd not ready" } });
-      const process = await worker.start(joinFlags);
-      await process.waitForLine(/join service refused or unreachable/, 20_000);
-      const joinService = await startJoinService();
-      assert.equal((await exited(process)).code, 0, process.stderrLines.slice(-5).join("\n"));
-      const paths = nodePaths(worker.root);
-      const state = await readNodeState(paths.nodeState);
-      assert.equal(state.role, "Worker");
-      assert.deepEqual(state.measurementSalt, measurementSalt);
-      assert.equal((await worker.pcr15()).toHex(), await extended(new Uint8Array(32), clusterId));
-      const uuid = await diskUuid(worker.disk);
-      assert.ok(await diskOpensWith(worker.disk, await deriveStateDiskKey(kms, uuid)));
-      assert.match(await Deno.readTextFile(paths.kubeletCert), /BEGIN CERTIFICATE/);
-      assert.equal((await Deno.stat(paths.kubeletKey)).mode! & 0o777, 0o600);
-      const joins = (await readRecords(new SimRoot(worker.root))).filter((r) => r.command === "join");
-      assert.deepEqual(joins.map((r) => r.exitCode), [1, 1, 0], "kubeadm join: two failures, then success");
-      assert.deepEqual(await worker.systemctlCalls(), ["start kubelet.service"]);
-      const token = /"token":"([a-z0-9]{6}\.[a-z0-9]{16})"/;
-      assert.equal(linesWith(process, token).length, 0, "no bootstrap token in the log");
-      assert.ok(linesWith(joinService, '"outcome":"issued"').length >= 1);
-    });
+    let workerInitPort = 0;
+    await t.step(
+      "a worker finds the join service down, keeps retrying, then joins; kubeadm join fails twice first",
+      async () => {
+        worker = await addNode("worker-1", "Worker");
+        await injectFailures(new SimRoot(worker.root), {
+          join: { count: 2, message: "injected: etcd not ready" },
+        });
+        const process = await worker.start(joinFlags);
+        workerInitPort = process.port;
+        await process.waitForLine(/join service refused or unreachable/, 20_000);
+        const joinService = await startJoinService();
+        assert.equal((await exited(process)).code, 0, process.stderrLines.slice(-5).join("\n"));
+        const paths = nodePaths(worker.root);
+        const state = await readNodeState(paths.nodeState);
+        assert.equal(state.role, "Worker");
+        assert.deepEqual(state.measurementSalt, measurementSalt);
+        assert.equal((await worker.pcr15()).toHex(), await extended(new Uint8Array(32), clusterId));
+        const uuid = await diskUuid(worker.disk);
+        assert.ok(await diskOpensWith(worker.disk, await deriveStateDiskKey(kms, uuid)));
+        assert.match(await Deno.readTextFile(paths.kubeletCert), /BEGIN CERTIFICATE/);
+        assert.equal((await Deno.stat(paths.kubeletKey)).mode! & 0o777, 0o600);
+        const joins = (await readRecords(new SimRoot(worker.root))).filter((r) => r.command === "join");
+        assert.deepEqual(joins.map((r) => r.exitCode), [1, 1, 0], "kubeadm join: two failures, then success");
+        assert.deepEqual(await worker.systemctlCalls(), ["start kubelet.service"]);
+        const token = /"token":"([a-z0-9]{6}\.[a-z0-9]{16})"/;
+        assert.equal(linesWith(process, token).length, 0, "no bootstrap token in the log");
+        assert.ok(linesWith(joinService, '"outcome":"issued"').length >= 1);
+      },
+    );
 
-    await t.step("Init on a node whose join took the lock: its init server is gone", async () => {
+    await t.step("Init on a node whose join took the lock: its init server stopped listening", async () => {
+      using connection = connectRpc({
+        baseUrl: `https://127.0.0.1:${workerInitPort}`,
+        skipServerVerification: true,
+      });
       await assert.rejects(
-        initCluster(initRequest(INIT_SECRET), {
-          transport: connectRpc({ baseUrl: `https://127.0.0.1:1`, skipServerVerification: true }).transport,
-          validator,
-        }),
+        initCluster(initRequest(INIT_SECRET), { transport: connection.transport, validator }),
         (err) => err instanceof InitError && err.reason === "unavailable",
       );
     });
@@ -231,7 +272,10 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       assert.equal((await exited(process)).code, 0, process.stderrLines.slice(-5).join("\n"));
       const paths = nodePaths(node.root);
       for (const name of CONTROL_PLANE_FILE_NAMES) {
-        assert.deepEqual(await Deno.readFile(`${paths.pkiDir}/${name}`), await Deno.readFile(`${cpPaths.pkiDir}/${name}`));
+        assert.deepEqual(
+          await Deno.readFile(`${paths.pkiDir}/${name}`),
+          await Deno.readFile(`${cpPaths.pkiDir}/${name}`),
+        );
       }
       assert.equal((await readNodeState(paths.nodeState)).role, "ControlPlane");
       // Its join service does not run here: later nodes must not try it.
@@ -250,31 +294,39 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       assert.equal((await process.stop()).code, 0, "stopped cleanly before any lock");
     });
 
-    await t.step("kubeadm join failing three times is terminal: exit 1, said last, no secret file left", async () => {
-      const node = await addNode("worker-2", "Worker");
-      await injectFailures(new SimRoot(node.root), { join: { count: 3, message: "injected: kubelet crashed" } });
-      const process = await node.start(joinFlags);
-      assert.equal((await exited(process)).code, 1);
-      assert.match(process.stderrLines.at(-1)!, /join failed after the node lock: .*kubeadm join failed 3/);
-      const paths = nodePaths(node.root);
-      for (const file of [paths.kubeletKey, paths.kubeletCert, paths.nodeState]) {
-        await assert.rejects(Deno.stat(file), Deno.errors.NotFound, `${file} removed`);
-      }
-    });
+    await t.step(
+      "kubeadm join failing three times is terminal: exit 1, said last, no secret file left",
+      async () => {
+        const node = await addNode("worker-2", "Worker");
+        await injectFailures(new SimRoot(node.root), {
+          join: { count: 3, message: "injected: kubelet crashed" },
+        });
+        const process = await node.start(joinFlags);
+        assert.equal((await exited(process)).code, 1);
+        assert.match(process.stderrLines.at(-1)!, /join failed after the node lock: .*kubeadm join failed 3/);
+        const paths = nodePaths(node.root);
+        for (const file of [paths.kubeletKey, paths.kubeletCert, paths.nodeState]) {
+          await assert.rejects(Deno.stat(file), Deno.errors.NotFound, `${file} removed`);
+        }
+      },
+    );
 
-    await t.step("rejoin after a reboot: the disk opens with the cluster's key and PCR 15 is bound again", async () => {
-      await worker.reboot();
-      assert.equal((await worker.pcr15()).toHex(), "00".repeat(32), "a reboot resets PCR 15");
-      const rejoin = await worker.run(["rejoin", ...joinFlags]);
-      assert.equal(rejoin.code, 0, rejoin.stderrLines.slice(-5).join("\n"));
-      assert.match(rejoin.stderrLines.join("\n"), /rejoined/);
-      assert.equal((await worker.pcr15()).toHex(), await extended(new Uint8Array(32), clusterId));
-      // The normal start then sees a bound node: it starts the kubelet and serves nothing.
-      const start = await worker.run(joinFlags);
-      assert.equal(start.code, 0, start.stderrLines.slice(-5).join("\n"));
-      assert.match(start.stderrLines.join("\n"), /bound to a cluster/);
-      assert.deepEqual(await worker.systemctlCalls(), ["start kubelet.service", "start kubelet.service"]);
-    });
+    await t.step(
+      "rejoin after a reboot: the disk opens with the cluster's key and PCR 15 is bound again",
+      async () => {
+        await worker.reboot();
+        assert.equal((await worker.pcr15()).toHex(), "00".repeat(32), "a reboot resets PCR 15");
+        const rejoin = await worker.run(["rejoin", ...joinFlags]);
+        assert.equal(rejoin.code, 0, rejoin.stderrLines.slice(-5).join("\n"));
+        assert.match(rejoin.stderrLines.join("\n"), /rejoined/);
+        assert.equal((await worker.pcr15()).toHex(), await extended(new Uint8Array(32), clusterId));
+        // The normal start then sees a bound node: it starts the kubelet and serves nothing.
+        const start = await worker.run(joinFlags);
+        assert.equal(start.code, 0, start.stderrLines.slice(-5).join("\n"));
+        assert.match(start.stderrLines.join("\n"), /bound to a cluster/);
+        assert.deepEqual(await worker.systemctlCalls(), ["start kubelet.service", "start kubelet.service"]);
+      },
+    );
   } finally {
     await stack.disposeAsync();
     await Deno.remove(dir, { recursive: true });
@@ -289,9 +341,11 @@ async function exited(process: RunningService, timeoutMs = 60_000): Promise<Deno
   clearTimeout(timer);
   if (status !== "late") return status;
   await process.stop("SIGKILL");
-  throw new Error(`the bootstrapper did not exit within ${timeoutMs} ms; its last lines:\n${
-    process.stderrLines.slice(-8).join("\n")
-  }`);
+  throw new Error(
+    `the bootstrapper did not exit within ${timeoutMs} ms; its last lines:\n${
+      process.stderrLines.slice(-8).join("\n")
+    }`,
+  );
 }
 
 /** The LUKS UUID of `disk`, lower-case. */
@@ -301,7 +355,7 @@ async function diskUuid(disk: string): Promise<string> {
 }
 
 /** A TCP port free right now on 127.0.0.1. */
-async function freePort(): Promise<number> {
+function freePort(): number {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (listener.addr as Deno.NetAddr).port;
   listener.close();

@@ -11,7 +11,7 @@
 import { runLoadingTpmTool } from "../../src/attestation/tpm/tools.ts";
 import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
-import { type ProcessResult, runToExit, type RunningService, startService } from "./process.ts";
+import { type ProcessResult, type RunningService, runToExit, startService } from "./process.ts";
 import { cryptsetup } from "./cryptsetup.ts";
 import { startSwtpm, type Swtpm } from "./swtpm.ts";
 
@@ -72,7 +72,16 @@ export async function createBootstrapNode(options: BootstrapNodeOptions): Promis
   await Deno.writeFile(initialKey, crypto.getRandomValues(new Uint8Array(32)), { mode: 0o400 });
   await Deno.writeFile(disk, new Uint8Array());
   await Deno.truncate(disk, DISK_BYTES);
-  await cryptsetup(["luksFormat", "--type", "luks2", "--batch-mode", ...FAST_PBKDF, "--key-file", initialKey, disk]);
+  await cryptsetup([
+    "luksFormat",
+    "--type",
+    "luks2",
+    "--batch-mode",
+    ...FAST_PBKDF,
+    "--key-file",
+    initialKey,
+    disk,
+  ]);
 
   // The node's kubeadm: the recording kubeadm writing under this root.
   const env = (name: string) => Deno.env.get(name) ?? "";

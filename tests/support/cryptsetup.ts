@@ -26,5 +26,8 @@ export async function cryptsetup(args: string[], stdin?: Uint8Array): Promise<De
 
 /** Whether `key` opens the LUKS2 container `disk` (`cryptsetup open --test-passphrase`). */
 export async function diskOpensWith(disk: string, key: Uint8Array): Promise<boolean> {
-  return await cryptsetup(["open", "--test-passphrase", "--key-file=-", disk], key).then(() => true, () => false);
+  return await cryptsetup(["open", "--test-passphrase", "--key-file=-", disk], key).then(
+    () => true,
+    () => false,
+  );
 }
