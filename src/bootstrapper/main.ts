@@ -33,6 +33,7 @@ import { createLogger, type Logger } from "../log/logger.ts";
 import { MetadataClient } from "../metadata/client.ts";
 import { serveRpc } from "../rpc/server.ts";
 import { terminationSignal } from "../rpc/signals.ts";
+import { readSecretFile } from "../secrets/secret_file.ts";
 import { createSelfSignedCertificate } from "../x509/selfsigned.ts";
 import { JoinTicketApplier } from "./apply_ticket.ts";
 import { KubeadmClusterInitializer } from "./cluster_init.ts";
@@ -125,18 +126,13 @@ async function prepare(
       `unknown attestation variant "${flags.attestationVariant}"; known: ${knownVariants().join(", ")}`,
     );
   }
-  for (
-    const [file, what] of [[flags.stateDisk, "--state-disk"], [
-      flags.stateDiskPassphraseFile,
-      "initial passphrase",
-    ]]
-  ) {
-    await Deno.stat(file).catch((err) => {
-      throw new Error(
-        `${what} ${file}: ${err instanceof Deno.errors.NotFound ? "no such file" : err.message}`,
-      );
-    });
-  }
+  await checkReadable(flags.stateDisk, "state disk (--state-disk)");
+  // Read once to check it, then forgotten: cryptsetup reads it itself.
+  (await readSecretFile(flags.stateDiskPassphraseFile, {
+    description: "first-boot passphrase",
+    minLength: 1,
+  }))
+    .fill(0);
   const tpm: TpmConnection | undefined = flags.tpm === "none" ? undefined : { tcti: flags.tpm.tcti };
   const fileMarker = tpm ? undefined : new FileClusterMarker(filePcr15Path(flags.root));
   if (fileMarker) {
@@ -266,6 +262,21 @@ async function runRejoin(flags: BootstrapperFlags, node: Node, signal: AbortSign
       : "rejoin stopped",
   );
   return 0;
+}
+
+/** Throws naming `path` when it is missing or outside the read permissions. */
+async function checkReadable(path: string, what: string): Promise<void> {
+  try {
+    await Deno.stat(path);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) throw new Error(`${what} ${path}: does not exist`);
+    if (err instanceof Deno.errors.NotCapable) {
+      throw new Error(
+        `${what} ${path}: outside this process's read permissions (grant it with --allow-read=${path})`,
+      );
+    }
+    throw new Error(`${what} ${path}: ${err instanceof Error ? err.message : String(err)}`);
+  }
 }
 
 /**

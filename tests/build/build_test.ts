@@ -18,6 +18,7 @@ import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/ke
 const CONFIG_DIR = "/var/config";
 const LAUNCHER = `${REPO_ROOT}dist/key-service`;
 const JOIN_SERVICE_LAUNCHER = `${REPO_ROOT}dist/join-service`;
+const BOOTSTRAPPER_LAUNCHER = `${REPO_ROOT}dist/bootstrapper`;
 /** The pinned Deno the launcher runs. */
 const LAUNCHER_ENV = { DENO: `${REPO_ROOT}node_modules/.bin/deno` };
 const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
@@ -236,6 +237,20 @@ Deno.test("the built services run under exactly their permission sets", async (t
         assert.equal((await keyService.stop()).code, 0);
         await Deno.remove(dir, { recursive: true });
       }
+    });
+
+    await t.step("the bootstrapper starts, and cannot reach a state disk outside its permissions", async () => {
+      const help = await runToExit(BOOTSTRAPPER_LAUNCHER, ["--help"], { env: LAUNCHER_ENV, cwd: "/" });
+      assert.equal(help.code, 0);
+      assert.match(help.stdoutLines[0], /^Usage: bootstrapper \[rejoin\]/);
+      const result = await runToExit(BOOTSTRAPPER_LAUNCHER, [
+        // /var/config is the key service's, not the bootstrapper's.
+        ...["--attestation-variant", "dummy", "--tpm", "none", "--root", inside.dir],
+        ...["--state-disk", inside.masterSecretPath],
+      ], { env: LAUNCHER_ENV, cwd: "/" });
+      assert.equal(result.code, 1);
+      const { msg } = JSON.parse(result.stderrLines.at(-1)!);
+      assert.match(msg, /state disk \(--state-disk\) .*: outside this process's read permissions/);
     });
 
     await t.step("the join service cannot read its inputs outside its permissions", async () => {
