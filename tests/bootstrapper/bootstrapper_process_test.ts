@@ -6,32 +6,19 @@
  * objects the init created.
  */
 import assert from "node:assert/strict";
-import bcrypt from "bcryptjs";
-import { parseAttestationConfig } from "../../src/attestation/config.ts";
-import { createValidator } from "../../src/attestation/registry.ts";
 import { initCluster, InitError } from "../../src/init/client.ts";
-import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../../src/kms/keys.ts";
 import { injectFailures } from "../../src/kubeadmsim/inject.ts";
 import { readRecords } from "../../src/kubeadmsim/record.ts";
 import { SimRoot } from "../../src/kubeadmsim/root.ts";
-import { silentLogger } from "../../src/log/logger.ts";
-import { startMetadataServer } from "../../src/metadata/server.ts";
 import { connectRpc } from "../../src/rpc/client.ts";
 import { readNodeState } from "../../src/bootstrapper/node_state.ts";
 import { nodePaths } from "../../src/bootstrapper/node_paths.ts";
-import { BOOT_PCRS, type BootstrapNode, createBootstrapNode } from "../support/bootstrap_node.ts";
-import { publishClusterInfo } from "../support/cluster_info.ts";
-import { diskOpensWith } from "../support/cryptsetup.ts";
-import { startFakeApiServer } from "../support/fake_apiserver.ts";
-import { KEY_SERVICE_LISTENING, keyServiceArgs, REPO_ROOT } from "../keyservice/key_service_process.ts";
-import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
-import { type RunningService, startService } from "../support/process.ts";
-import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefiles.ts";
-
-const INIT_SECRET = "correct horse battery staple init secret";
-const KUBERNETES_VERSION = "v1.30.2";
+import { INIT_SECRET, startBootstrapCluster } from "../support/bootstrap_cluster.ts";
+import type { BootstrapNode } from "../support/bootstrap_node.ts";
+import { diskOpensWith } from "../support/cryptsetup.ts";
+import type { RunningService } from "../support/process.ts";
 
 /** SHA256(old ‖ SHA256(data)): what TPM2_PCR_Event does to a SHA-256 PCR. */
 async function extended(old: Uint8Array, data: Uint8Array): Promise<string> {
@@ -51,53 +38,9 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
   const dir = await Deno.realPath(await Deno.makeTempDir({ prefix: "bootstrap-cluster-" }));
   const stack = new AsyncDisposableStack();
   try {
-    const metadata = stack.use(
-      await startMetadataServer({
-        instances: [{ name: "control-plane-0", role: "ControlPlane", vpcIp: "127.0.0.1" }],
-        initSecretHash: bcrypt.hashSync(INIT_SECRET, 4),
-      }),
-    );
-    const controlPlane = stack.use(
-      await createBootstrapNode({
-        dir,
-        name: "control-plane-0",
-        metadataUrl: metadata.nodeUrl("control-plane-0"),
-      }),
-    );
-    const cpPaths = nodePaths(controlPlane.root);
-    const apiServer = await startFakeApiServer({ pkiDir: cpPaths.pkiDir });
-    stack.defer(() => apiServer.close());
-    const apiEndpoint = `127.0.0.1:${apiServer.port}`;
-    metadata.setEndpoint(apiEndpoint);
-
-    // The operator's view: the measurements every node of this image reports.
-    const pcrs = await readPcrs({ tcti: controlPlane.tpm.tcti }, [...BOOT_PCRS, 15]);
-    const attestationConfigText = JSON.stringify({
-      variant: "qemu-vtpm",
-      measurements: Object.fromEntries(
-        [...pcrs].map(([i, v]) => [String(i), { expected: v.toHex(), warnOnly: false }]),
-      ),
-      akTrust: { trustAnyKey: true, controlPlaneAnyKey: true },
-    });
-    const validator = createValidator(
-      parseAttestationConfig(attestationConfigText, { source: "test", variant: "qemu-vtpm" }),
-      { logger: silentLogger },
-    );
-    const masterKey = crypto.getRandomValues(new Uint8Array(32));
-    const masterSalt = crypto.getRandomValues(new Uint8Array(32));
-    const measurementSalt = crypto.getRandomValues(new Uint8Array(32));
-    const kms = new ClusterKms(masterKey, masterSalt);
-    const initRequest = (initSecret: string) => ({
-      kmsUri: `kms://cluster-kms?key=${
-        encodeURIComponent(masterKey.toBase64({ alphabet: "base64url" }))
-      }&salt=${encodeURIComponent(masterSalt.toBase64({ alphabet: "base64url" }))}`,
-      storageUri: "storage://no-store",
-      kubernetesVersion: KUBERNETES_VERSION,
-      initSecret: new TextEncoder().encode(initSecret),
-      clusterName: "test-cluster",
-      measurementSalt,
-      attestationConfig: attestationConfigText,
-    });
+    const cluster = await startBootstrapCluster(dir, stack);
+    const { controlPlane, cpPaths, validator, kms, measurementSalt } = cluster;
+    const initRequest = cluster.initRequest;
 
     const cpProcess = await controlPlane.start();
     using cpConnection = connectRpc({
@@ -159,69 +102,8 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       },
     );
 
-    // The cluster's services, started from the objects the init created (as their DaemonSets would be).
-    const config = `${dir}/services`;
-    await Deno.mkdir(config);
-    const secret = apiServer.getObject(
-      "/api/v1/namespaces/kube-system/secrets/constellation-mastersecret",
-    ) as { data: Record<string, string> };
-    await Deno.writeFile(`${config}/mastersecret`, Uint8Array.fromBase64(secret.data.mastersecret), {
-      mode: 0o600,
-    });
-    await Deno.writeFile(`${config}/salt`, Uint8Array.fromBase64(secret.data.salt), { mode: 0o600 });
-    const joinConfig = apiServer.getObject("/api/v1/namespaces/kube-system/configmaps/join-config") as {
-      data: Record<string, string>;
-      binaryData: Record<string, string>;
-    };
-    await Deno.writeTextFile(`${config}/attestationConfig`, joinConfig.data.attestationConfig);
-    await Deno.writeFile(
-      `${config}/measurementSalt`,
-      Uint8Array.fromBase64(joinConfig.binaryData.measurementSalt),
-    );
-    await publishClusterInfo({
-      adminConf: cpPaths.adminConf,
-      endpoint: apiEndpoint,
-      caPem: await Deno.readTextFile(`${cpPaths.pkiDir}/ca.crt`),
-    });
-    const keyService = await startService(
-      "deno",
-      keyServiceArgs([config], ["--master-secret", `${config}/mastersecret`, "--salt", `${config}/salt`]),
-      { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT },
-    );
-    stack.defer(() => keyService.stop().then(() => {}));
-    // A fixed port, so the join service can be started late (a node that finds it down at first).
-    const joinPort = freePort();
-    const startJoinService = async () => {
-      const service = await startService("deno", [
-        "run",
-        "-P=join-service",
-        "--no-prompt",
-        `--allow-read=${config},${cpPaths.kubernetesDir}`,
-        "--allow-net=127.0.0.1",
-        "src/joinservice/main.ts",
-        ...["--attestation-variant", "qemu-vtpm", "--key-service-endpoint", `127.0.0.1:${keyService.port}`],
-        ...["--api-server-endpoint", apiEndpoint, "--kubeconfig", cpPaths.adminConf],
-        ...["--config-dir", config, "--kubernetes-dir", cpPaths.kubernetesDir],
-        ...["--port", String(joinPort), "--listen-address", "127.0.0.1"],
-        ...["--metrics-port", "0", "--metrics-address", "127.0.0.1"],
-      ], { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT });
-      stack.defer(() => service.stop().then(() => {}));
-      return service;
-    };
-    const joinFlags = ["--join-service-port", String(joinPort)];
-    // Joining nodes get addresses of their own (a kubelet certificate may not name a loopback address); only
-    // control-plane-0's join service is dialed, at 127.0.0.1.
-    let nextAddress = 10;
-    const addNode = async (
-      name: string,
-      role: "ControlPlane" | "Worker",
-      options: { tamperPcr4?: boolean } = {},
-    ) => {
-      metadata.setInstance({ name, role, vpcIp: `192.0.2.${nextAddress++}` });
-      return stack.use(
-        await createBootstrapNode({ dir, name, metadataUrl: metadata.nodeUrl(name), ...options }),
-      );
-    };
+    const joinFlags = await cluster.prepareServices();
+    const addNode = cluster.addNode;
 
     let worker: BootstrapNode;
     let workerInitPort = 0;
@@ -235,7 +117,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
         const process = await worker.start(joinFlags);
         workerInitPort = process.port;
         await process.waitForLine(/join service refused or unreachable/, 20_000);
-        const joinService = await startJoinService();
+        const joinService = await cluster.startJoinService();
         assert.equal((await exited(process)).code, 0, process.stderrLines.slice(-5).join("\n"));
         const paths = nodePaths(worker.root);
         const state = await readNodeState(paths.nodeState);
@@ -279,7 +161,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       }
       assert.equal((await readNodeState(paths.nodeState)).role, "ControlPlane");
       // Its join service does not run here: later nodes must not try it.
-      metadata.removeInstance("control-plane-1");
+      cluster.metadata.removeInstance("control-plane-1");
     });
 
     await t.step("measurements that differ: the node keeps retrying and its log names the PCR", async () => {
@@ -352,12 +234,4 @@ async function exited(process: RunningService, timeoutMs = 60_000): Promise<Deno
 async function diskUuid(disk: string): Promise<string> {
   const output = await new Deno.Command("cryptsetup", { args: ["luksUUID", disk], clearEnv: true }).output();
   return new TextDecoder().decode(output.stdout).trim().toLowerCase();
-}
-
-/** A TCP port free right now on 127.0.0.1. */
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
 }

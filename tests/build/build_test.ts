@@ -239,19 +239,22 @@ Deno.test("the built services run under exactly their permission sets", async (t
       }
     });
 
-    await t.step("the bootstrapper starts, and cannot reach a state disk outside its permissions", async () => {
-      const help = await runToExit(BOOTSTRAPPER_LAUNCHER, ["--help"], { env: LAUNCHER_ENV, cwd: "/" });
-      assert.equal(help.code, 0);
-      assert.match(help.stdoutLines[0], /^Usage: bootstrapper \[rejoin\]/);
-      const result = await runToExit(BOOTSTRAPPER_LAUNCHER, [
-        // /var/config is the key service's, not the bootstrapper's.
-        ...["--attestation-variant", "dummy", "--tpm", "none", "--root", inside.dir],
-        ...["--state-disk", inside.masterSecretPath],
-      ], { env: LAUNCHER_ENV, cwd: "/" });
-      assert.equal(result.code, 1);
-      const { msg } = JSON.parse(result.stderrLines.at(-1)!);
-      assert.match(msg, /state disk \(--state-disk\) .*: outside this process's read permissions/);
-    });
+    await t.step(
+      "the bootstrapper starts, and cannot reach a state disk outside its permissions",
+      async () => {
+        const help = await runToExit(BOOTSTRAPPER_LAUNCHER, ["--help"], { env: LAUNCHER_ENV, cwd: "/" });
+        assert.equal(help.code, 0);
+        assert.match(help.stdoutLines[0], /^Usage: bootstrapper \[rejoin\]/);
+        const result = await runToExit(BOOTSTRAPPER_LAUNCHER, [
+          // /var/config is the key service's, not the bootstrapper's.
+          ...["--attestation-variant", "dummy", "--tpm", "none", "--root", inside.dir],
+          ...["--state-disk", inside.masterSecretPath],
+        ], { env: LAUNCHER_ENV, cwd: "/" });
+        assert.equal(result.code, 1);
+        const { msg } = JSON.parse(result.stderrLines.at(-1)!);
+        assert.match(msg, /state disk \(--state-disk\) .*: outside this process's read permissions/);
+      },
+    );
 
     await t.step("the join service cannot read its inputs outside its permissions", async () => {
       const result = await runToExit(JOIN_SERVICE_LAUNCHER, [

@@ -53,6 +53,8 @@ export interface BootstrapNode extends AsyncDisposable {
   run(flags?: string[]): Promise<ProcessResult>;
   /** PCR 15 of the node's TPM. */
   pcr15(): Promise<Uint8Array>;
+  /** When each kubeadm invocation started and ended (Unix ms), in order. */
+  kubeadmTimes(): Promise<{ start: number; end: number }[]>;
   /** The systemctl invocations so far, one argument string each. */
   systemctlCalls(): Promise<string[]>;
   /** Stops the swtpm and starts it again on the same state: the PCRs reset, the keys stay. */
@@ -89,7 +91,11 @@ export async function createBootstrapNode(options: BootstrapNodeOptions): Promis
     `${root}/run/state/bin/kubeadm`,
     `#!/bin/sh
 export KUBEADM_SIM_ROOT='${root}' DENO_DIR='${env("DENO_DIR")}' HOME='${env("HOME")}' PATH='${env("PATH")}'
-exec '${REPO_ROOT}scripts/kubeadm-sim' "$@"
+echo "start $(date +%s%N)" >> '${root}/var/lib/kubeadm-times'
+'${REPO_ROOT}scripts/kubeadm-sim' "$@"
+status=$?
+echo "end $(date +%s%N)" >> '${root}/var/lib/kubeadm-times'
+exit $status
 `,
     { mode: 0o755 },
   );
@@ -140,6 +146,13 @@ exec '${REPO_ROOT}scripts/kubeadm-sim' "$@"
     run: (flags) => runToExit("deno", args(flags), { cwd: REPO_ROOT, timeoutMs: 60_000 }),
     async pcr15() {
       return (await readPcrs({ tcti: tpm.tcti }, [15])).get(15)!;
+    },
+    async kubeadmTimes() {
+      const lines = (await Deno.readTextFile(`${root}/var/lib/kubeadm-times`).catch(() => "")).split("\n");
+      const at = (line: string) => Number(BigInt(line.split(" ")[1]) / 1_000_000n);
+      const starts = lines.filter((line) => line.startsWith("start ")).map(at);
+      const ends = lines.filter((line) => line.startsWith("end ")).map(at);
+      return starts.map((start, i) => ({ start, end: ends[i] }));
     },
     async systemctlCalls() {
       const text = await Deno.readTextFile(`${root}/var/lib/systemctl-calls`).catch(() => "");

@@ -1,0 +1,198 @@
+/**
+ * A cluster of bootstrapper processes for tests and benchmarks: the metadata
+ * API, a first control-plane node ({@linkcode createBootstrapNode}), the fake
+ * API server serving the PKI its kubeadm writes, the operator's secrets and
+ * attestation config, and, once the init is done, the real key and join
+ * services started from the objects the init created (as the cluster's
+ * DaemonSets would be, with those objects projected into their config dir).
+ *
+ * @module
+ */
+import bcrypt from "bcryptjs";
+import { parseAttestationConfig } from "../../src/attestation/config.ts";
+import type { Validator } from "../../src/attestation/attestation.ts";
+import { createValidator } from "../../src/attestation/registry.ts";
+import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
+import { type NodePaths, nodePaths } from "../../src/bootstrapper/node_paths.ts";
+import type { InitParameters } from "../../src/init/client.ts";
+import { ClusterKms } from "../../src/kms/cluster_kms.ts";
+import { silentLogger } from "../../src/log/logger.ts";
+import { type MetadataServer, startMetadataServer } from "../../src/metadata/server.ts";
+import { KEY_SERVICE_LISTENING, keyServiceArgs, REPO_ROOT } from "../keyservice/key_service_process.ts";
+import { BOOT_PCRS, type BootstrapNode, createBootstrapNode } from "./bootstrap_node.ts";
+import { publishClusterInfo } from "./cluster_info.ts";
+import { type FakeApiServer, startFakeApiServer } from "./fake_apiserver.ts";
+import { JOIN_SERVICE_LISTENING } from "./join_cluster.ts";
+import { type RunningService, startService } from "./process.ts";
+
+/** The cluster's init secret (its bcrypt hash is what the metadata API serves). */
+export const INIT_SECRET = "correct horse battery staple init secret";
+
+/** A running bootstrap cluster. Its resources are on the stack it was given. */
+export interface BootstrapCluster {
+  readonly dir: string;
+  readonly metadata: MetadataServer;
+  readonly apiServer: FakeApiServer;
+  /** "127.0.0.1:<port>" of the API server (metadata's `/endpoint`). */
+  readonly apiEndpoint: string;
+  /** The first control-plane node and its paths. */
+  readonly controlPlane: BootstrapNode;
+  readonly cpPaths: NodePaths;
+  /** The operator's attestation config (JSON text) and a validator for it. */
+  readonly attestationConfigText: string;
+  readonly validator: Validator;
+  /** The operator's secrets. */
+  readonly kms: ClusterKms;
+  readonly measurementSalt: Uint8Array;
+  /** The init request the operator's CLI sends, with `initSecret`. */
+  initRequest(initSecret?: string): InitParameters;
+  /**
+   * After the init: writes the services' config from the cluster objects,
+   * publishes cluster-info, starts the key service; resolves to the flags
+   * that point a joining node at the join service (not started yet).
+   */
+  prepareServices(): Promise<string[]>;
+  /** Starts the join service (after {@linkcode prepareServices}). */
+  startJoinService(): Promise<RunningService>;
+  /** Adds a joining node with an address of its own (not loopback: its kubelet certificate names it). */
+  addNode(
+    name: string,
+    role: "ControlPlane" | "Worker",
+    options?: { tamperPcr4?: boolean },
+  ): Promise<BootstrapNode>;
+}
+
+/** Starts the metadata API, the first control-plane node and the fake API server under `dir`. */
+export async function startBootstrapCluster(
+  dir: string,
+  stack: AsyncDisposableStack,
+): Promise<BootstrapCluster> {
+  const metadata = stack.use(
+    await startMetadataServer({
+      instances: [{ name: "control-plane-0", role: "ControlPlane", vpcIp: "127.0.0.1" }],
+      initSecretHash: bcrypt.hashSync(INIT_SECRET, 4),
+    }),
+  );
+  const controlPlane = stack.use(
+    await createBootstrapNode({
+      dir,
+      name: "control-plane-0",
+      metadataUrl: metadata.nodeUrl("control-plane-0"),
+    }),
+  );
+  const cpPaths = nodePaths(controlPlane.root);
+  const apiServer = await startFakeApiServer({ pkiDir: cpPaths.pkiDir });
+  stack.defer(() => apiServer.close());
+  const apiEndpoint = `127.0.0.1:${apiServer.port}`;
+  metadata.setEndpoint(apiEndpoint);
+
+  // The operator's view: the measurements every node of this image reports.
+  const pcrs = await readPcrs({ tcti: controlPlane.tpm.tcti }, [...BOOT_PCRS, 15]);
+  const attestationConfigText = JSON.stringify({
+    variant: "qemu-vtpm",
+    measurements: Object.fromEntries(
+      [...pcrs].map(([i, v]) => [String(i), { expected: v.toHex(), warnOnly: false }]),
+    ),
+    akTrust: { trustAnyKey: true, controlPlaneAnyKey: true },
+  });
+  const validator = createValidator(
+    parseAttestationConfig(attestationConfigText, { source: "test", variant: "qemu-vtpm" }),
+    { logger: silentLogger },
+  );
+  const masterKey = crypto.getRandomValues(new Uint8Array(32));
+  const masterSalt = crypto.getRandomValues(new Uint8Array(32));
+  const measurementSalt = crypto.getRandomValues(new Uint8Array(32));
+  const base64url = (bytes: Uint8Array) => encodeURIComponent(bytes.toBase64({ alphabet: "base64url" }));
+
+  const config = `${dir}/services`;
+  let joinPort = 0;
+  let keyServicePort = 0;
+  // Joining nodes get TEST-NET addresses; only control-plane-0's join service is dialed, at 127.0.0.1.
+  let nextAddress = 10;
+  return {
+    dir,
+    metadata,
+    apiServer,
+    apiEndpoint,
+    controlPlane,
+    cpPaths,
+    attestationConfigText,
+    validator,
+    kms: new ClusterKms(masterKey, masterSalt),
+    measurementSalt,
+    initRequest: (initSecret = INIT_SECRET) => ({
+      kmsUri: `kms://cluster-kms?key=${base64url(masterKey)}&salt=${base64url(masterSalt)}`,
+      storageUri: "storage://no-store",
+      kubernetesVersion: "v1.30.2",
+      initSecret: new TextEncoder().encode(initSecret),
+      clusterName: "test-cluster",
+      measurementSalt,
+      attestationConfig: attestationConfigText,
+    }),
+    async prepareServices() {
+      await Deno.mkdir(config);
+      const secret = apiServer.getObject(
+        "/api/v1/namespaces/kube-system/secrets/constellation-mastersecret",
+      ) as { data: Record<string, string> };
+      await Deno.writeFile(`${config}/mastersecret`, Uint8Array.fromBase64(secret.data.mastersecret), {
+        mode: 0o600,
+      });
+      await Deno.writeFile(`${config}/salt`, Uint8Array.fromBase64(secret.data.salt), { mode: 0o600 });
+      const joinConfig = apiServer.getObject("/api/v1/namespaces/kube-system/configmaps/join-config") as {
+        data: Record<string, string>;
+        binaryData: Record<string, string>;
+      };
+      await Deno.writeTextFile(`${config}/attestationConfig`, joinConfig.data.attestationConfig);
+      await Deno.writeFile(
+        `${config}/measurementSalt`,
+        Uint8Array.fromBase64(joinConfig.binaryData.measurementSalt),
+      );
+      await publishClusterInfo({
+        adminConf: cpPaths.adminConf,
+        endpoint: apiEndpoint,
+        caPem: await Deno.readTextFile(`${cpPaths.pkiDir}/ca.crt`),
+      });
+      const keyService = await startService(
+        "deno",
+        keyServiceArgs([config], ["--master-secret", `${config}/mastersecret`, "--salt", `${config}/salt`]),
+        { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT },
+      );
+      stack.defer(() => keyService.stop().then(() => {}));
+      keyServicePort = keyService.port;
+      // A fixed port, so the join service can be started late (a node that finds it down at first).
+      joinPort = freePort();
+      return ["--join-service-port", String(joinPort)];
+    },
+    async startJoinService() {
+      const service = await startService("deno", [
+        "run",
+        "-P=join-service",
+        "--no-prompt",
+        `--allow-read=${config},${cpPaths.kubernetesDir}`,
+        "--allow-net=127.0.0.1",
+        "src/joinservice/main.ts",
+        ...["--attestation-variant", "qemu-vtpm", "--key-service-endpoint", `127.0.0.1:${keyServicePort}`],
+        ...["--api-server-endpoint", apiEndpoint, "--kubeconfig", cpPaths.adminConf],
+        ...["--config-dir", config, "--kubernetes-dir", cpPaths.kubernetesDir],
+        ...["--port", String(joinPort), "--listen-address", "127.0.0.1"],
+        ...["--metrics-port", "0", "--metrics-address", "127.0.0.1"],
+      ], { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT });
+      stack.defer(() => service.stop().then(() => {}));
+      return service;
+    },
+    async addNode(name, role, options = {}) {
+      metadata.setInstance({ name, role, vpcIp: `192.0.2.${nextAddress++}` });
+      return stack.use(
+        await createBootstrapNode({ dir, name, metadataUrl: metadata.nodeUrl(name), ...options }),
+      );
+    },
+  };
+}
+
+/** A TCP port free right now on 127.0.0.1. */
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
