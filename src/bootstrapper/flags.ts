@@ -10,8 +10,15 @@
  * @module
  */
 import { isAbsolute } from "node:path";
-import { type LogLevel, parseLogLevel } from "../log/logger.ts";
-import { parseFlags, parseListenAddress, parsePort, parsePositive, UsageError } from "../flags/flags.ts";
+import type { LogLevel } from "../log/logger.ts";
+import {
+  parseFlags,
+  parseListenAddress,
+  parseLogLevelFlag,
+  parsePort,
+  parsePositive,
+  UsageError,
+} from "../flags/flags.ts";
 
 /** What the process does. */
 export type BootstrapperCommand = "run" | "rejoin";
@@ -156,12 +163,7 @@ export function parseBootstrapperFlags(
     throw new UsageError(`invalid --metadata-url "${metadataUrl}": want http://host:port`);
   }
   const root = absolute(values.root, "--root");
-  let logLevel: LogLevel;
-  try {
-    logLevel = parseLogLevel(values["log-level"]);
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const logLevel = parseLogLevelFlag(values["log-level"]);
   return {
     command,
     port: parsePort(values.port),

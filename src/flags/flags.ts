@@ -6,6 +6,7 @@
  */
 import { isIP } from "node:net";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
+import { type LogLevel, parseLogLevel } from "../log/logger.ts";
 import { EndpointError, parseEndpoint } from "../net/endpoint.ts";
 
 /** A bad command line; the process exits with status 2. */
@@ -126,6 +127,19 @@ function describeParseError(err: unknown, component: string): string {
     }
     default:
       return message ?? String(err);
+  }
+}
+
+/**
+ * Parses `--log-level`.
+ *
+ * @throws {UsageError} naming the levels.
+ */
+export function parseLogLevelFlag(value: string): LogLevel {
+  try {
+    return parseLogLevel(value);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
   }
 }
 

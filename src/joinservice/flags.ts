@@ -3,12 +3,13 @@
  *
  * @module
  */
-import { type LogLevel, parseLogLevel } from "../log/logger.ts";
+import type { LogLevel } from "../log/logger.ts";
 import {
   parseCount,
   parseEndpointFlag,
   parseFlags,
   parseListenAddress,
+  parseLogLevelFlag,
   parsePort,
   parsePositive,
   UsageError,
@@ -181,12 +182,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     }
   }
 
-  let logLevel: LogLevel;
-  try {
-    logLevel = parseLogLevel(values["log-level"]);
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const logLevel = parseLogLevelFlag(values["log-level"]);
   return {
     port: parsePort(values.port),
     listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),

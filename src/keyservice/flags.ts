@@ -3,8 +3,8 @@
  *
  * @module
  */
-import { type LogLevel, parseLogLevel } from "../log/logger.ts";
-import { parseFlags, parseListenAddress, parsePort, UsageError } from "../flags/flags.ts";
+import type { LogLevel } from "../log/logger.ts";
+import { parseFlags, parseListenAddress, parseLogLevelFlag, parsePort, UsageError } from "../flags/flags.ts";
 import {
   CONNECTION_LIMIT_OPTIONS,
   CONNECTION_LIMITS_USAGE,
@@ -62,12 +62,7 @@ export function parseKeyServiceFlags(args: string[]): KeyServiceFlags | "help" {
     ...CONNECTION_LIMIT_OPTIONS,
   }, "key service");
   if (values.help) return "help";
-  let logLevel: LogLevel;
-  try {
-    logLevel = parseLogLevel(values["log-level"]);
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const logLevel = parseLogLevelFlag(values["log-level"]);
   for (const name of ["master-secret", "salt"] as const) {
     if (values[name] === "") throw new UsageError(`--${name} must not be empty`);
   }

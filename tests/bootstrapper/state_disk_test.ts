@@ -8,11 +8,9 @@ import {
   type LuksStateDiskOptions,
   StateDiskError,
 } from "../../src/bootstrapper/state_disk.ts";
-import { cryptsetup } from "../support/cryptsetup.ts";
+import { cryptsetup, formatStateDisk } from "../support/cryptsetup.ts";
 import { recordingTool } from "../support/recording_tool.ts";
 
-/** Cheap key derivation so tests stay fast; production keeps cryptsetup's default (argon2id). */
-const FAST_PBKDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 const CONTAINER_BYTES = 20 << 20; // a LUKS2 header takes 16 MiB; sparse, so it costs no disk space
 
 interface Fixture {
@@ -41,21 +39,7 @@ async function withDisk(
     const initialKey = new Uint8Array([...crypto.getRandomValues(new Uint8Array(30)), 0x0a, 0x00]);
     const initialKeyFile = `${dir}/state.key`;
     await Deno.writeFile(initialKeyFile, initialKey, { mode: 0o400 });
-    const target = header ? ["--header", header, device] : [device];
-    await cryptsetup([
-      "luksFormat",
-      "--type",
-      "luks2",
-      "--batch-mode",
-      ...FAST_PBKDF,
-      "--key-file",
-      initialKeyFile,
-      ...target,
-    ]);
-    await cryptsetup(
-      ["token", "import", "--token-id", "0", ...target],
-      new TextEncoder().encode('{"type":"constellation-state-disk","keyslots":[],"diskIsInitialized":false}'),
-    );
+    await formatStateDisk(device, initialKeyFile, { header });
     await test({
       dir,
       device,

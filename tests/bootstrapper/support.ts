@@ -9,12 +9,10 @@
  */
 import { create } from "@bufbuild/protobuf";
 import type { Timers } from "../../src/bootstrapper/retry.ts";
+import { writeNodeState } from "../../src/bootstrapper/node_state.ts";
+import { removeIfExists, writeFileAtomic } from "../../src/fs/atomic_write.ts";
 import type { KubeadmJoinConfig } from "../../src/bootstrapper/kubeadm_config.ts";
-import type {
-  ApplyDependencies,
-  WriteFileAtomic,
-  WriteNodeState,
-} from "../../src/bootstrapper/apply_ticket.ts";
+import type { ApplyDependencies } from "../../src/bootstrapper/apply_ticket.ts";
 import type { Component } from "../../src/gen/components/components_pb.ts";
 import { type IssueJoinTicketResponse, IssueJoinTicketResponseSchema } from "../../src/gen/join/join_pb.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefiles.ts";
@@ -144,43 +142,6 @@ export function validTicket(
   });
 }
 
-/** A simple atomic write: temp file beside the target, then rename (stands in for helper O's). */
-export const testWriteFileAtomic: WriteFileAtomic = async (path, data, options = {}) => {
-  const temp = `${path}.${crypto.randomUUID()}.tmp`;
-  try {
-    await Deno.writeFile(temp, typeof data === "string" ? new TextEncoder().encode(data) : data, {
-      createNew: true,
-      mode: options.mode ?? 0o600,
-    });
-    await Deno.chmod(temp, options.mode ?? 0o600);
-    await Deno.rename(temp, path);
-  } catch (error) {
-    await Deno.remove(temp).catch(() => {});
-    throw error;
-  }
-};
-
-/** Writes the node state as reference §8.4 (stands in for helper O's). */
-export const testWriteNodeState: WriteNodeState = async (path, state, options) => {
-  await Deno.mkdir(path.slice(0, path.lastIndexOf("/")), { recursive: true });
-  await testWriteFileAtomic(
-    path,
-    JSON.stringify({ Role: state.role, MeasurementSalt: state.measurementSalt.toBase64() }, null, "\t"),
-    options,
-  );
-};
-
-/** Removes a file; absent is fine. */
-export async function removeIfExists(path: string): Promise<boolean> {
-  try {
-    await Deno.remove(path);
-    return true;
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return false;
-    throw error;
-  }
-}
-
 /** What the fake OS recorded. */
 export interface FakeOs {
   deps: ApplyDependencies;
@@ -233,8 +194,8 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
         return Promise.resolve();
       },
     },
-    writeFile: testWriteFileAtomic,
-    writeNodeState: testWriteNodeState,
+    writeFile: writeFileAtomic,
+    writeNodeState,
     removeFile: removeIfExists,
     components: {
       install: (components) => {

@@ -12,7 +12,7 @@ import { runLoadingTpmTool } from "../../src/attestation/tpm/tools.ts";
 import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { type ProcessResult, type RunningService, runToExit, startService } from "./process.ts";
-import { cryptsetup } from "./cryptsetup.ts";
+import { formatStateDisk } from "./cryptsetup.ts";
 import { startSwtpm, type Swtpm } from "./swtpm.ts";
 
 /** The bootstrapper's "listening" line, with the init server's port. */
@@ -20,8 +20,6 @@ export const BOOTSTRAPPER_LISTENING = /"msg":"listening".*"port":(\d+)/;
 /** PCRs extended with boot-chain-like events on every node before it starts. */
 export const BOOT_PCRS: readonly number[] = [4, 9];
 
-/** Cheap key derivation for the throwaway disks (production keeps cryptsetup's argon2id). */
-const FAST_PBKDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 const DISK_BYTES = 20 << 20; // a LUKS2 header takes 16 MiB; the file is sparse
 
 /** Options for {@linkcode createBootstrapNode}. */
@@ -74,16 +72,7 @@ export async function createBootstrapNode(options: BootstrapNodeOptions): Promis
   await Deno.writeFile(initialKey, crypto.getRandomValues(new Uint8Array(32)), { mode: 0o400 });
   await Deno.writeFile(disk, new Uint8Array());
   await Deno.truncate(disk, DISK_BYTES);
-  await cryptsetup([
-    "luksFormat",
-    "--type",
-    "luks2",
-    "--batch-mode",
-    ...FAST_PBKDF,
-    "--key-file",
-    initialKey,
-    disk,
-  ]);
+  await formatStateDisk(disk, initialKey);
 
   // The node's kubeadm: the recording kubeadm writing under this root.
   const env = (name: string) => Deno.env.get(name) ?? "";
