@@ -18,13 +18,23 @@ import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefile
 import { INIT_SECRET, startBootstrapCluster } from "../support/bootstrap_cluster.ts";
 import type { BootstrapNode } from "../support/bootstrap_node.ts";
 import { diskOpensWith } from "../support/cryptsetup.ts";
+import { sha256 } from "../support/digest.ts";
 import type { RunningService } from "../support/process.ts";
+import { componentHash, tarGz } from "../support/tar.ts";
 
 /** SHA256(old ‖ SHA256(data)): what TPM2_PCR_Event does to a SHA-256 PCR. */
 async function extended(old: Uint8Array, data: Uint8Array): Promise<string> {
-  const sha256 = async (bytes: Uint8Array) =>
-    new Uint8Array(await crypto.subtle.digest("SHA-256", bytes as Uint8Array<ArrayBuffer>));
-  return (await sha256(new Uint8Array([...old, ...await sha256(data)]))).toHex();
+  return (await sha256(old, await sha256(data))).toHex();
+}
+
+/** A component as a `data:` URL (the installer takes those as it takes https). */
+async function dataComponent(bytes: Uint8Array, installPath: string, extract: boolean) {
+  return {
+    url: `data:application/octet-stream;base64,${bytes.toBase64()}`,
+    hash: await componentHash(bytes),
+    installPath,
+    extract,
+  };
 }
 
 /** Lines of a process's stderr that hold `text`. */
@@ -40,7 +50,24 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
   try {
     const cluster = await startBootstrapCluster(dir, stack);
     const { controlPlane, cpPaths, validator, kms, measurementSalt } = cluster;
-    const initRequest = cluster.initRequest;
+    // The Kubernetes components every node installs: a CNI plugin archive and a single binary.
+    const cniArchive = await tarGz([
+      { name: "bin/", type: "5", mode: 0o755 },
+      { name: "bin/bridge", content: "#!/bin/sh\necho bridge\n", mode: 0o755 },
+    ]);
+    const components = [
+      await dataComponent(cniArchive, "/opt/cni", true),
+      await dataComponent(
+        new TextEncoder().encode("#!/bin/sh\necho crictl\n"),
+        "/run/state/bin/crictl",
+        false,
+      ),
+    ];
+    const initRequest = (secret?: string) => cluster.initRequest(secret, components);
+    const assertComponentsInstalled = async (root: string) => {
+      assert.equal(await Deno.readTextFile(`${root}/opt/cni/bin/bridge`), "#!/bin/sh\necho bridge\n");
+      assert.equal(await Deno.readTextFile(`${root}/run/state/bin/crictl`), "#!/bin/sh\necho crictl\n");
+    };
 
     const cpProcess = await controlPlane.start();
     using cpConnection = connectRpc({
@@ -90,6 +117,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
           !await diskOpensWith(controlPlane.disk, await Deno.readFile(cpPaths.initialPassphrase)),
           "the first-boot passphrase no longer does",
         );
+        await assertComponentsInstalled(controlPlane.root);
         const state = await readNodeState(cpPaths.nodeState);
         assert.equal(state.role, "ControlPlane");
         assert.deepEqual(state.measurementSalt, measurementSalt);
@@ -192,6 +220,40 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
         }
       },
     );
+
+    await t.step("components that fail their checks are never installed; the join is terminal", async (t) => {
+      const traversal = await tarGz([{ name: "../../../etc/cron.d/evil", content: "* * * * * root sh" }]);
+      const rows = [
+        {
+          name: "a wrong sha256 hash",
+          component: {
+            ...await dataComponent(cniArchive, "/opt/cni", true),
+            hash: `sha256:${"0".repeat(64)}`,
+          },
+          want: /hash|sha256/i,
+        },
+        {
+          name: "an archive with ../ entries",
+          component: await dataComponent(traversal, "/opt/cni", true),
+          want: /\.\./,
+        },
+      ];
+      for (const [i, row] of rows.entries()) {
+        await t.step(row.name, async () => {
+          await cluster.setComponents([row.component]);
+          const node = await addNode(`worker-components-${i}`, "Worker");
+          const process = await node.start(joinFlags);
+          assert.equal((await exited(process)).code, 1);
+          assert.match(process.stderrLines.at(-1)!, /join failed after the node lock/);
+          assert.match(process.stderrLines.join("\n"), row.want);
+          await assert.rejects(Deno.stat(`${node.root}/opt/cni`), Deno.errors.NotFound, "nothing installed");
+          await assert.rejects(Deno.stat(`${dir}/worker-components-${i}/etc`), Deno.errors.NotFound);
+          const left = await Array.fromAsync(Deno.readDir(`${node.root}/tmp`)).catch(() => []);
+          assert.deepEqual(left.map((entry) => entry.name), [], "no temp file left");
+        });
+      }
+      await cluster.setComponents(components);
+    });
 
     await t.step(
       "rejoin after a reboot: the disk opens with the cluster's key and PCR 15 is bound again",

@@ -15,6 +15,14 @@ import { createValidator } from "../../src/attestation/registry.ts";
 import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { type NodePaths, nodePaths } from "../../src/bootstrapper/node_paths.ts";
 import type { InitParameters } from "../../src/init/client.ts";
+import {
+  COMPONENTS_LIST_KEY,
+  componentsConfigMapName,
+  encodeComponents,
+  type KubernetesComponent,
+  NODE_VERSION_NAME,
+  NODE_VERSIONS,
+} from "../../src/joinservice/components.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { silentLogger } from "../../src/log/logger.ts";
 import { type MetadataServer, startMetadataServer } from "../../src/metadata/server.ts";
@@ -44,8 +52,13 @@ export interface BootstrapCluster {
   /** The operator's secrets. */
   readonly kms: ClusterKms;
   readonly measurementSalt: Uint8Array;
-  /** The init request the operator's CLI sends, with `initSecret`. */
-  initRequest(initSecret?: string): InitParameters;
+  /** The init request the operator's CLI sends, with `initSecret` and the Kubernetes components. */
+  initRequest(initSecret?: string, components?: KubernetesComponent[]): InitParameters;
+  /**
+   * Makes the join service hand out `components` from now on, as an upgrade
+   * would: a new components ConfigMap and the NodeVersion pointing at it.
+   */
+  setComponents(components: KubernetesComponent[]): Promise<void>;
   /**
    * After the init: writes the services' config from the cluster objects,
    * publishes cluster-info, starts the key service; resolves to the flags
@@ -120,7 +133,7 @@ export async function startBootstrapCluster(
     validator,
     kms: new ClusterKms(masterKey, masterSalt),
     measurementSalt,
-    initRequest: (initSecret = INIT_SECRET) => ({
+    initRequest: (initSecret = INIT_SECRET, components = []) => ({
       kmsUri: `kms://cluster-kms?key=${base64url(masterKey)}&salt=${base64url(masterSalt)}`,
       storageUri: "storage://no-store",
       kubernetesVersion: "v1.30.2",
@@ -128,7 +141,25 @@ export async function startBootstrapCluster(
       clusterName: "test-cluster",
       measurementSalt,
       attestationConfig: attestationConfigText,
+      kubernetesComponents: components,
     }),
+    async setComponents(components) {
+      const name = await componentsConfigMapName(components);
+      const namespace = "/api/v1/namespaces/kube-system";
+      apiServer.putObject(`${namespace}/configmaps/${name}`, {
+        apiVersion: "v1",
+        kind: "ConfigMap",
+        metadata: { name, namespace: "kube-system" },
+        data: { [COMPONENTS_LIST_KEY]: encodeComponents(components) },
+        immutable: true,
+      });
+      const path = `/apis/${NODE_VERSIONS.group}/${NODE_VERSIONS.version}/nodeversions/${NODE_VERSION_NAME}`;
+      const nodeVersion = apiServer.getObject(path) as { spec: Record<string, unknown> };
+      apiServer.putObject(path, {
+        ...nodeVersion,
+        spec: { ...nodeVersion.spec, kubernetesComponentsReference: name },
+      });
+    },
     async prepareServices() {
       await Deno.mkdir(config);
       const secret = apiServer.getObject(
