@@ -23,7 +23,7 @@ import { extendPcr15, readPcrs } from "../src/attestation/tpm/pcr.ts";
 import { runTpmTool } from "../src/attestation/tpm/tools.ts";
 import { akDigest } from "../src/attestation/tpm/validator.ts";
 import { silentLogger } from "../src/log/logger.ts";
-import { startSwtpm } from "../tests/support/swtpm.ts";
+import { startSwtpm } from "../src/localcluster/swtpm.ts";
 
 /** Fixed events, so regenerated fixtures keep the same PCR values. */
 const EVENTS: Record<number, string> = {

@@ -7,7 +7,7 @@ import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
 import { openSealedResponse } from "../../src/atls/attester.ts";
 import { IssueRejoinTicketResponseSchema } from "../../src/gen/join/join_pb.ts";
 import { silentLogger } from "../../src/log/logger.ts";
-import { startSwtpm } from "../support/swtpm.ts";
+import { startSwtpm } from "../../src/localcluster/swtpm.ts";
 import {
   attestedRejoinRequest,
   type JoinFixture,

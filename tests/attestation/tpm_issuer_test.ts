@@ -13,7 +13,7 @@ import { extendPcr15, readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { runLoadingTpmTool } from "../../src/attestation/tpm/tools.ts";
 import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
 import { createLogger, type Logger, silentLogger } from "../../src/log/logger.ts";
-import { startSwtpm } from "../support/swtpm.ts";
+import { startSwtpm } from "../../src/localcluster/swtpm.ts";
 
 const ALL_PCRS = Array.from({ length: 16 }, (_, i) => i);
 

@@ -7,7 +7,7 @@ import { TpmToolError } from "../../src/attestation/tpm/tools.ts";
 import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
 import { silentLogger } from "../../src/log/logger.ts";
 import { sha256 } from "../support/digest.ts";
-import { startSwtpm } from "../support/swtpm.ts";
+import { startSwtpm } from "../../src/localcluster/swtpm.ts";
 
 Deno.test("tpm pcr: extending PCR 15 with the cluster ID marks the node and breaks a PCR15=0 policy", async () => {
   const swtpm = await startSwtpm();

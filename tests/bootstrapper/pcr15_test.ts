@@ -5,7 +5,7 @@ import { isNodeBound, TpmClusterMarker } from "../../src/bootstrapper/pcr15.ts";
 import { readPcr } from "../../src/attestation/tpm/pcr.ts";
 import { TpmToolError } from "../../src/attestation/tpm/tools.ts";
 import { sha256 } from "../support/digest.ts";
-import { startSwtpm } from "../support/swtpm.ts";
+import { startSwtpm } from "../../src/localcluster/swtpm.ts";
 
 Deno.test("pcr15: a fresh TPM is not bound; the marker makes PCR 15 = SHA256(0^32 ‖ SHA256(id)) and bound", async () => {
   const swtpm = await startSwtpm();

@@ -8,7 +8,8 @@ import {
   type LuksStateDiskOptions,
   StateDiskError,
 } from "../../src/bootstrapper/state_disk.ts";
-import { cryptsetup, formatStateDisk } from "../support/cryptsetup.ts";
+import { formatStateDisk } from "../../src/localcluster/node.ts";
+import { cryptsetup } from "../support/cryptsetup.ts";
 import { recordingTool } from "../support/recording_tool.ts";
 
 const CONTAINER_BYTES = 20 << 20; // a LUKS2 header takes 16 MiB; sparse, so it costs no disk space

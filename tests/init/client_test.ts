@@ -15,7 +15,7 @@ import {
   type InitWorld,
 } from "../support/init_fakes.ts";
 import { serveOverTls } from "../support/tls_rpc.ts";
-import { startSwtpm } from "../support/swtpm.ts";
+import { startSwtpm } from "../../src/localcluster/swtpm.ts";
 
 const decoder = new TextDecoder();
 

@@ -12,7 +12,6 @@ import bcrypt from "bcryptjs";
 import { parseAttestationConfig } from "../../src/attestation/config.ts";
 import type { Validator } from "../../src/attestation/attestation.ts";
 import { createValidator } from "../../src/attestation/registry.ts";
-import { readPcrs } from "../../src/attestation/tpm/pcr.ts";
 import { type NodePaths, nodePaths } from "../../src/bootstrapper/node_paths.ts";
 import type { InitParameters } from "../../src/init/client.ts";
 import {
@@ -27,7 +26,8 @@ import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { silentLogger } from "../../src/log/logger.ts";
 import { type MetadataServer, startMetadataServer } from "../../src/metadata/server.ts";
 import { KEY_SERVICE_LISTENING, keyServiceArgs, REPO_ROOT } from "../keyservice/key_service_process.ts";
-import { BOOT_PCRS, type BootstrapNode, createBootstrapNode } from "./bootstrap_node.ts";
+import { imageMeasurements } from "../../src/localcluster/node.ts";
+import { type BootstrapNode, createBootstrapNode } from "./bootstrap_node.ts";
 import { publishClusterInfo } from "./cluster_info.ts";
 import { type FakeApiServer, startFakeApiServer } from "./fake_apiserver.ts";
 import { JOIN_SERVICE_LISTENING } from "./join_cluster.ts";
@@ -100,12 +100,9 @@ export async function startBootstrapCluster(
   metadata.setEndpoint(apiEndpoint);
 
   // The operator's view: the measurements every node of this image reports.
-  const pcrs = await readPcrs({ tcti: controlPlane.tpm.tcti }, [...BOOT_PCRS, 15]);
   const attestationConfigText = JSON.stringify({
     variant: "qemu-vtpm",
-    measurements: Object.fromEntries(
-      [...pcrs].map(([i, v]) => [String(i), { expected: v.toHex(), warnOnly: false }]),
-    ),
+    measurements: await imageMeasurements(controlPlane.tpm),
     akTrust: { trustAnyKey: true, controlPlaneAnyKey: true },
   });
   const validator = createValidator(

@@ -5,36 +5,6 @@
  * @module
  */
 
-/** Cheap key derivation for throwaway disks (production keeps cryptsetup's argon2id). */
-export const FAST_PBKDF: readonly string[] = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
-
-/**
- * Formats `device` (a regular file; with `header`, a detached header file) as
- * the disk-mapper leaves a fresh state disk: LUKS2, the first-boot passphrase
- * from `initialKeyFile` in keyslot 0, token 0 saying not initialized.
- */
-export async function formatStateDisk(
-  device: string,
-  initialKeyFile: string,
-  options: { header?: string } = {},
-): Promise<void> {
-  const target = options.header ? ["--header", options.header, device] : [device];
-  await cryptsetup([
-    "luksFormat",
-    "--type",
-    "luks2",
-    "--batch-mode",
-    ...FAST_PBKDF,
-    "--key-file",
-    initialKeyFile,
-    ...target,
-  ]);
-  await cryptsetup(
-    ["token", "import", "--token-id", "0", ...target],
-    new TextEncoder().encode('{"type":"constellation-state-disk","keyslots":[],"diskIsInitialized":false}'),
-  );
-}
-
 /** Runs cryptsetup with `args`; throws with its stderr on failure. */
 export async function cryptsetup(args: string[], stdin?: Uint8Array): Promise<Deno.CommandOutput> {
   const child = new Deno.Command("cryptsetup", {

@@ -76,7 +76,7 @@ import {
 } from "./fake_apiserver.ts";
 import { createTestCa, issueLoopbackServerCert, privateKeyToPem, type TestCa } from "./pki.ts";
 import { type RunningService, runToExit, startService } from "./process.ts";
-import { startSwtpm, type Swtpm } from "./swtpm.ts";
+import { startSwtpm, type Swtpm } from "../../src/localcluster/swtpm.ts";
 
 /** The join service's "listening" log line; group 1 is the join.API port. */
 export const JOIN_SERVICE_LISTENING = /"msg":"listening".*"port":(\d+)/;

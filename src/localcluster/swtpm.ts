@@ -1,5 +1,6 @@
 /**
- * Starts a throwaway software TPM (swtpm) for tests.
+ * Starts a software TPM (swtpm): one per node of the local cluster, and a
+ * throwaway one per TPM test.
  *
  * Each call gets a fresh TPM in its own temporary directory, listening on a
  * unix socket; `stop()` shuts it down through its control channel and
