@@ -28,11 +28,13 @@ import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
 import { parseBootstrapToken } from "../kubernetes/bootstrap_token.ts";
 import { clusterInfoSignatureKey, signClusterInfo } from "../kubernetes/cluster_info_signature.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /** An authenticated (or anonymous) user. */
 export interface Identity {
+  /** The user name. */
   user: string;
+  /** The user's groups. */
   groups: string[];
 }
 
@@ -112,10 +114,15 @@ export async function withClusterInfoSignatures(
 
 /** A request as kubeadm's default RBAC sees it. */
 export interface RbacRequest extends Identity {
+  /** get, list, create, update, patch or delete. */
   verb: string;
+  /** API group, "" for core. */
   group: string;
+  /** Plural resource. */
   resource: string;
+  /** The namespace, for namespaced resources. */
   namespace?: string;
+  /** The object's name. */
   name?: string;
 }
 

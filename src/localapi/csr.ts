@@ -13,7 +13,7 @@ import { type KubeletCa, signKubeletCertificate } from "../joinservice/kubeletca
 import * as x509 from "../x509/x509.ts";
 import { BOOTSTRAPPERS_GROUP, type Identity } from "./bootstrap.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /** The resource type the local API serves for certificate requests. */
 export const CERTIFICATE_SIGNING_REQUESTS = {

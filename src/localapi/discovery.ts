@@ -10,7 +10,7 @@
  */
 import type { ResourceType } from "./resources.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /** A resource type in discovery, with the verbs served on it. */
 export interface DiscoveredResource extends ResourceType {

@@ -6,7 +6,7 @@
  * @module
  */
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /**
  * Leaf fields an object sets, as JSON arrays of keys → value: everything but

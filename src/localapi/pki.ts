@@ -30,6 +30,7 @@ export interface ClusterPki {
   signer: KubeletCa;
   /** `apiserver.crt` followed by `ca.crt`. */
   serverChainPem: string;
+  /** `apiserver.key`. */
   serverKeyPem: string;
 }
 

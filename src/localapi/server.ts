@@ -81,7 +81,7 @@ import { ObjectStore } from "./store.ts";
 import { toTable, wantsTable } from "./table.ts";
 import { decodeApply, decodeJson } from "./validation.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /** What the authorizer is asked. */
 export interface AuthorizationRequest {

@@ -41,6 +41,8 @@ export class StateWriter {
   #last: Promise<void> = Promise.resolve();
 
   /**
+   * A writer for the snapshot file under `stateDir`.
+   *
    * @param stateDir the directory (created if missing, mode 0700)
    * @param snapshot the current state, taken when a write starts
    */

@@ -6,11 +6,13 @@
  */
 import { resourceLabel, type ResourceType, type Route } from "./resources.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /** An error answered as a `Status`. */
 export class StatusError extends Error {
   /**
+   * An error answered with `code` as a Status.
+   *
    * @param code HTTP status code
    * @param reason the Status `reason`, e.g. "NotFound"
    * @param message the Status `message`

@@ -23,7 +23,7 @@ import { apiVersionOf, objectPath, resourceLabel, type ResourceType, type Route 
 import { applyConflict, conflict, groupDetail, notFound, StatusError } from "./status.ts";
 import { checkNameMatchesUrl, normalize, validateContent, validateName } from "./validation.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /** Who owns which leaf fields of an object, for one field manager. */
 interface Manager {
@@ -71,8 +71,8 @@ export interface ListSelectors {
   fieldSelector?: string;
 }
 
-/** Operation of a field manager entry. */
-export type ManagerOperation = Manager["operation"];
+/** Operation of a field manager entry: server-side apply, or any other write. */
+export type ManagerOperation = "Apply" | "Update";
 
 const generateNameAlphabet = "bcdfghjklmnpqrstvwxz2456789";
 
@@ -84,6 +84,8 @@ export class ObjectStore {
   #now: () => string;
 
   /**
+   * An empty store.
+   *
    * @param namespaces namespaces that exist (objects can only be created in these)
    * @param now the current time as RFC 3339
    */

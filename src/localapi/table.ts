@@ -8,7 +8,7 @@
  * @module
  */
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /** Whether an `Accept` header asks for a `meta.k8s.io/v1` Table. */
 export function wantsTable(accept: string | undefined): boolean {

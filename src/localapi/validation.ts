@@ -11,7 +11,7 @@ import { parse as parseYaml } from "yaml";
 import { apiVersionOf, type ResourceType, type Route } from "./resources.ts";
 import { invalid, StatusError, unsupportedMediaType } from "./status.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 const dns1123Subdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const configKey = /^[-._a-zA-Z0-9]+$/;
