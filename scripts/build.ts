@@ -37,6 +37,8 @@ export const COMPONENTS: readonly Component[] = [
   { name: "key-service", entry: "src/keyservice/main.ts", permissionSet: "key-service" },
   { name: "join-service", entry: "src/joinservice/main.ts", permissionSet: "join-service" },
   { name: "bootstrapper", entry: "src/bootstrapper/main.ts", permissionSet: "bootstrapper" },
+  { name: "local-api", entry: "src/localapi/main.ts", permissionSet: "local-api" },
+  { name: "cli", entry: "src/cli/main.ts", permissionSet: "cli" },
 ];
 
 /** A deno.json permission value: all, none, a list, or allow/deny/ignore lists. */

@@ -344,6 +344,8 @@ export class InitServer {
   readonly #logChunkBytes: number;
   readonly #lifetime = new AbortController();
   readonly #outcome = Promise.withResolvers<InitOutcome>();
+  /** How the Init past the lock ended, until its answer is sent and {@linkcode outcome} settles. */
+  #settled: InitOutcome | undefined;
   #phase: InitPhase = "idle";
   /** Why the phase is terminal ("failed"), for later refusals. */
   #failure = "";
@@ -441,24 +443,31 @@ export class InitServer {
     const opened = await this.#open(request);
     const { logger } = this.#deps;
     logger.info("Init called");
-    let sealed;
+    // The outcome of an Init past the lock is announced only once its answer has been handed to the
+    // stream (a generator resumes after its consumer took the last message), or the client went away:
+    // whoever stops the server on it must not cut the answer off.
     try {
-      sealed = await this.#initialize(opened, options);
-    } catch (error) {
-      const rejection = asRejection(error);
-      logger.error("Init failed", {
-        reason: rejection.reason,
-        error: rejection.message,
-        cause: rejection.cause,
-      });
-      yield create(InitResponseSchema, {
-        kind: { case: "initFailure", value: { error: rejection.message } },
-      });
-      if (!NO_LOGS.has(rejection.reason)) yield* this.#logChunks(options);
-      throw rejection;
+      let sealed;
+      try {
+        sealed = await this.#initialize(opened, options);
+      } catch (error) {
+        const rejection = asRejection(error);
+        logger.error("Init failed", {
+          reason: rejection.reason,
+          error: rejection.message,
+          cause: rejection.cause,
+        });
+        yield create(InitResponseSchema, {
+          kind: { case: "initFailure", value: { error: rejection.message } },
+        });
+        if (!NO_LOGS.has(rejection.reason)) yield* this.#logChunks(options);
+        throw rejection;
+      }
+      logger.info("Init succeeded");
+      yield create(InitResponseSchema, { kind: { case: "initSuccess", value: { sealed } } });
+    } finally {
+      if (this.#settled) this.#outcome.resolve(this.#settled);
     }
-    logger.info("Init succeeded");
-    yield create(InitResponseSchema, { kind: { case: "initSuccess", value: { sealed } } });
   }
 
   /** Step 1: the exchange. */
@@ -568,14 +577,14 @@ export class InitServer {
         () => sealInitSuccess({ kubeconfig, clusterId }, request.clientPublicKey, opened.reportData),
       );
       this.#phase = "initialized";
-      this.#outcome.resolve({ ok: true, clusterId });
+      this.#settled = { ok: true, clusterId };
       return sealed;
     } catch (error) {
       if (locked || this.#phase === "failed") {
         const rejection = asRejection(error);
         this.#phase = "failed";
         this.#failure = rejection.message;
-        this.#outcome.resolve({ ok: false, error: rejection.message });
+        this.#settled = { ok: false, error: rejection.message };
       } else if (this.#phase === "running") {
         this.#phase = "idle";
       }

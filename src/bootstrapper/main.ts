@@ -206,9 +206,10 @@ async function prepare(
         finished: initServer.outcome.then((o): Outcome =>
           o.ok ? { ok: true } : { ok: false, error: new Error(o.error) }
         ),
+        // Calls in flight finish first (the Init that won sends its answer), then work left is cancelled.
         stop: async () => {
-          initServer.close();
           await server.shutdown(SHUTDOWN_GRACE_MS);
+          initServer.close();
         },
       };
     },

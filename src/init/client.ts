@@ -183,9 +183,12 @@ export async function initCluster(request: InitParameters, options: InitClientOp
   // 4: the stream.
   const logs = new LogBuffer();
   let failure: string | undefined;
+  let result: InitResult | undefined;
   try {
+    // Read to the stream's end (not only to the success): the node learns its answer was taken.
     for await (const message of client.init({ sealed, attestationNonce: nonce }, { signal })) {
       const kind = message.kind;
+      if (result) throw new InitError("protocol", "the node sent more after init_success");
       switch (kind.case) {
         case "log":
           logs.add(kind.value.log, failure !== undefined);
@@ -213,7 +216,8 @@ export async function initCluster(request: InitParameters, options: InitClientOp
           if (success.kubeconfig.length === 0) {
             throw new InitError("protocol", "the node sent an empty kubeconfig");
           }
-          return { kubeconfig: success.kubeconfig, clusterId: success.clusterId, ownerId: success.ownerId };
+          result = { kubeconfig: success.kubeconfig, clusterId: success.clusterId, ownerId: success.ownerId };
+          break;
         }
         default:
           throw new InitError("protocol", "the node sent an empty or unknown Init message");
@@ -230,6 +234,7 @@ export async function initCluster(request: InitParameters, options: InitClientOp
     }
     throw asInitError(error, "Init", signal);
   }
+  if (result) return result;
   if (failure !== undefined) throw refused(failure, await logs.kept(), undefined, undefined);
   throw new InitError("protocol", "the node ended the Init stream without a result");
 }

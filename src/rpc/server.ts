@@ -146,15 +146,19 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     address: { hostname: options.hostname, port: bound.port },
     async shutdown(graceMs = 10_000) {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const session of sessions) session.close(); // GOAWAY: in-flight streams finish
+      // The listener's close callback may come before the sessions have sent what is in flight (Deno's
+      // node:http2), so wait for each session itself: GOAWAY, then its streams finish and it closes.
+      const sessionsClosed = Promise.all(
+        [...sessions].map((session) =>
+          session.closed
+            ? Promise.resolve()
+            : new Promise<void>((resolve) => session.once("close", () => resolve()))
+        ),
+      );
+      for (const session of sessions) session.close();
       let timer: ReturnType<typeof setTimeout> | undefined;
-      const deadline = new Promise<void>((resolve) => {
-        timer = setTimeout(() => {
-          for (const session of sessions) session.destroy();
-          resolve();
-        }, graceMs);
-      });
-      await Promise.race([closed, deadline]);
+      const deadline = new Promise<void>((resolve) => timer = setTimeout(resolve, graceMs));
+      await Promise.race([sessionsClosed, deadline]);
       clearTimeout(timer);
       for (const session of sessions) session.destroy();
       await closed;

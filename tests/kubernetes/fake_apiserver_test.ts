@@ -44,7 +44,7 @@ Deno.test("fake apiserver: unknown paths and unserved verbs are 404 with a Statu
   for (
     const [method, path] of [
       ["GET", "/api/v1/nodes/n"],
-      ["GET", secrets],
+      ["PUT", secrets],
       ["GET", "/apis/update.edgeless.systems/v1alpha1/namespaces/default/joiningnodes/x"],
       ["POST", `${secrets}/x`],
       ["GET", "/healthz"],

@@ -1,5 +1,5 @@
 /**
- * Kubelet client certificates for the fake API server, as kube-controller-
+ * Kubelet client certificates for the local API server, as kube-controller-
  * manager issues them during a kubelet's TLS bootstrap: a
  * CertificateSigningRequest for `kubernetes.io/kube-apiserver-client-kubelet`
  * from a bootstrap token user, with subject `O=system:nodes,
@@ -9,13 +9,13 @@
  *
  * @module
  */
-import { type KubeletCa, signKubeletCertificate } from "../../src/joinservice/kubeletca.ts";
-import * as x509 from "../../src/x509/x509.ts";
-import { BOOTSTRAPPERS_GROUP, type Identity } from "./fake_apiserver_bootstrap.ts";
+import { type KubeletCa, signKubeletCertificate } from "../joinservice/kubeletca.ts";
+import * as x509 from "../x509/x509.ts";
+import { BOOTSTRAPPERS_GROUP, type Identity } from "./bootstrap.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
-/** The resource type the fake serves for certificate requests. */
+/** The resource type the local API serves for certificate requests. */
 export const CERTIFICATE_SIGNING_REQUESTS = {
   group: "certificates.k8s.io",
   version: "v1",

@@ -1,23 +1,36 @@
 /**
  * The cluster PKI a kubeadm init writes (`<pki>/ca.{crt,key}`,
- * `<pki>/apiserver.{crt,key}`), loaded for the fake API server to serve as
+ * `<pki>/apiserver.{crt,key}`), loaded for the local API server to serve as
  * kube-apiserver would: TLS with `apiserver.crt` (chain with the CA), client
  * certificates checked against `ca.crt`; `ca.key` is what kube-controller-
  * manager signs with.
  *
  * @module
  */
-import { type KubeletCa, parseKubeletCa } from "../../src/joinservice/kubeletca.ts";
-import type { TestCa } from "./pki.ts";
+import { type KubeletCa, parseKubeletCa } from "../joinservice/kubeletca.ts";
+import type * as x509 from "../x509/x509.ts";
+
+/** A certificate authority as PEM and as parsed objects. */
+export interface CertificateAuthority {
+  /** The CA certificate. */
+  cert: x509.X509Certificate;
+  /** Its key pair (the private key is not extractable when loaded from a file). */
+  keys: CryptoKeyPair;
+  /** PEM `CERTIFICATE`. */
+  certPem: string;
+  /** PEM private key, as read. */
+  keyPem: string;
+}
 
 /** The TLS material of a cluster, ready for `node:https`. */
 export interface ClusterPki {
   /** The cluster CA (key non-extractable; `keyPem` is the file's content). */
-  ca: TestCa;
+  ca: CertificateAuthority;
   /** The same CA, as kubelet certificates are signed with it. */
   signer: KubeletCa;
   /** `apiserver.crt` followed by `ca.crt`. */
   serverChainPem: string;
+  /** `apiserver.key`. */
   serverKeyPem: string;
 }
 

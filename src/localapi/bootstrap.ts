@@ -1,6 +1,6 @@
 /**
  * What a kubeadm cluster's API server and controller manager do for joining
- * nodes, for the fake API server:
+ * nodes, for the local API server:
  *
  * - the **bootstrap token authenticator** (kube-apiserver
  *   `--enable-bootstrap-token-auth`): a bearer `<id>.<secret>` is user
@@ -23,16 +23,18 @@ import {
   BOOTSTRAP_TOKEN_GROUP,
   BOOTSTRAP_TOKEN_SECRET_TYPE,
   bootstrapTokenSecretName,
-} from "../../src/joinservice/bootstraptoken.ts";
-import { KUBE_SYSTEM_NAMESPACE } from "../../src/kubernetes/names.ts";
-import { parseBootstrapToken } from "../../src/kubernetes/bootstrap_token.ts";
-import { clusterInfoSignatureKey, signClusterInfo } from "../../src/kubernetes/cluster_info_signature.ts";
+} from "../joinservice/bootstraptoken.ts";
+import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
+import { parseBootstrapToken } from "../kubernetes/bootstrap_token.ts";
+import { clusterInfoSignatureKey, signClusterInfo } from "../kubernetes/cluster_info_signature.ts";
 
-type Json = Record<string, unknown>;
+import type { JsonObject as Json } from "./json.ts";
 
 /** An authenticated (or anonymous) user. */
 export interface Identity {
+  /** The user name. */
   user: string;
+  /** The user's groups. */
   groups: string[];
 }
 
@@ -112,16 +114,21 @@ export async function withClusterInfoSignatures(
 
 /** A request as kubeadm's default RBAC sees it. */
 export interface RbacRequest extends Identity {
+  /** get, list, create, update, patch or delete. */
   verb: string;
+  /** API group, "" for core. */
   group: string;
+  /** Plural resource. */
   resource: string;
+  /** The namespace, for namespaced resources. */
   namespace?: string;
+  /** The object's name. */
   name?: string;
 }
 
 /**
  * kubeadm's default RBAC for anonymous and bootstrap token users; undefined
- * for everyone else (decided by the fake's `authorize` option).
+ * for everyone else (decided by the server's `authorize` option).
  */
 export function kubeadmRbac(request: RbacRequest): boolean | undefined {
   const { user, groups, verb, group, resource, namespace, name } = request;

@@ -1,0 +1,166 @@
+/**
+ * The CLI's command line: `cli <command> [flags]` with the commands `init`,
+ * `verify` and `recover`. A bad command line is a {@linkcode UsageError}
+ * (one line, exit status 2).
+ *
+ * @module
+ */
+import { parseEndpointFlag, parseFlags, parsePositive, UsageError } from "../flags/flags.ts";
+import type { InitCommand } from "./init.ts";
+import { DISK_UUID, type RecoverCommand } from "./recover.ts";
+import type { VerifyOutput } from "./verify_report.ts";
+
+/** A parsed command line. */
+export type CliCommand =
+  | { command: "init"; init: InitCommand }
+  | { command: "verify"; node: string; attestationConfig: string; output: VerifyOutput; timeoutMs: number }
+  | { command: "recover"; recover: RecoverCommand };
+
+/** Defaults of `cli init`. */
+export const INIT_DEFAULTS = {
+  clusterName: "constell",
+  kubeconfigOut: "constellation-admin.conf",
+  logsOut: "constellation-init.log",
+  timeoutSeconds: 300,
+  initTimeoutSeconds: 1800,
+};
+
+/** Usage text for `--help`. */
+export const CLI_USAGE = `Usage: cli <command> [flags]
+
+The operator's CLI of a confidential Kubernetes cluster.
+
+Commands:
+  init      initialize the cluster on its first control-plane node
+  verify    check a node's attestation against the attestation config
+  recover   derive a node's state disk key from the master secret
+
+cli init --node HOST:PORT --attestation-config FILE --master-secret FILE
+         --init-secret-file FILE --kubernetes-version V [flags]
+  --node <host:port>            the first node's init server (port 9000 by default on nodes)
+  --attestation-config <file>   variant, measurements and trusted attestation keys (JSON)
+  --master-secret <file>        {"key": "<base64>", "salt": "<base64>"}; created (mode 0600)
+                                when absent, never overwritten. Keep it: it recovers every disk
+  --init-secret-file <file>     the init secret whose bcrypt hash the nodes' metadata serves
+                                (one trailing newline is ignored)
+  --kubernetes-version <v>      e.g. v1.30.2
+  --cluster-name <name>         (default ${INIT_DEFAULTS.clusterName})
+  --kubeconfig-out <file>       admin kubeconfig, written 0600, never overwritten
+                                (default ${INIT_DEFAULTS.kubeconfigOut})
+  --logs-out <file>             the node's logs after a failure (default ${INIT_DEFAULTS.logsOut})
+  --timeout <seconds>           how long to retry an unreachable node (default ${INIT_DEFAULTS.timeoutSeconds})
+  --init-timeout <seconds>      how long the node may take to initialize (default ${INIT_DEFAULTS.initTimeoutSeconds})
+
+cli verify --node HOST:PORT --attestation-config FILE [--output table|json] [--timeout <seconds>]
+  Fresh nonce, the node's evidence, validated; every PCR of the config with the node's
+  value. Exit status 0 only when the attestation passes.
+
+cli recover --master-secret FILE --disk-uuid UUID (--out FILE | --print-hex)
+  The disk key (raw 32 bytes) to a new 0600 file, for cryptsetup open --key-file FILE;
+  or as hex on stdout with --print-hex.
+
+Exit status: 0 success, 1 failure (the message says what to fix), 2 bad command line.
+`;
+
+const COMMANDS = ["init", "verify", "recover"];
+
+/** Parses the CLI's arguments; "help" for `--help` anywhere. */
+export function parseCliArgs(args: string[]): CliCommand | "help" {
+  if (args.includes("--help") || args.includes("-h")) return "help";
+  const [command, ...rest] = args;
+  if (command === undefined) throw new UsageError(`missing command: one of ${COMMANDS.join(", ")}`);
+  switch (command) {
+    case "init":
+      return { command, init: parseInitFlags(rest) };
+    case "verify":
+      return parseVerifyFlags(rest);
+    case "recover":
+      return { command, recover: parseRecoverFlags(rest) };
+    default:
+      throw new UsageError(`unknown command "${command}": one of ${COMMANDS.join(", ")}`);
+  }
+}
+
+function required(value: string | undefined, flag: string): string {
+  if (value === undefined || value === "") throw new UsageError(`missing ${flag}`);
+  return value;
+}
+
+function seconds(value: string | undefined, flag: string, fallback: number): number {
+  return Math.round((value === undefined ? fallback : parsePositive(value, flag)) * 1000);
+}
+
+const NODE_EXAMPLE = "10.0.0.5:9000";
+
+function parseInitFlags(args: string[]): InitCommand {
+  const flags = parseFlags(args, {
+    node: { type: "string" },
+    "attestation-config": { type: "string" },
+    "master-secret": { type: "string" },
+    "init-secret-file": { type: "string" },
+    "kubernetes-version": { type: "string" },
+    "cluster-name": { type: "string" },
+    "kubeconfig-out": { type: "string" },
+    "logs-out": { type: "string" },
+    timeout: { type: "string" },
+    "init-timeout": { type: "string" },
+  }, "cli init");
+  return {
+    node: parseEndpointFlag(required(flags.node, "--node"), "--node", NODE_EXAMPLE),
+    attestationConfig: required(flags["attestation-config"], "--attestation-config"),
+    masterSecret: required(flags["master-secret"], "--master-secret"),
+    initSecretFile: required(flags["init-secret-file"], "--init-secret-file"),
+    kubernetesVersion: required(flags["kubernetes-version"], "--kubernetes-version"),
+    clusterName: flags["cluster-name"] ?? INIT_DEFAULTS.clusterName,
+    kubeconfigOut: flags["kubeconfig-out"] ?? INIT_DEFAULTS.kubeconfigOut,
+    logsOut: flags["logs-out"] ?? INIT_DEFAULTS.logsOut,
+    timeoutMs: seconds(flags.timeout, "--timeout", INIT_DEFAULTS.timeoutSeconds),
+    initTimeoutMs: seconds(flags["init-timeout"], "--init-timeout", INIT_DEFAULTS.initTimeoutSeconds),
+  };
+}
+
+function parseVerifyFlags(args: string[]): CliCommand {
+  const flags = parseFlags(args, {
+    node: { type: "string" },
+    "attestation-config": { type: "string" },
+    output: { type: "string" },
+    timeout: { type: "string" },
+  }, "cli verify");
+  const output = flags.output ?? "table";
+  if (output !== "table" && output !== "json") {
+    throw new UsageError(`invalid --output "${output}": want table or json`);
+  }
+  return {
+    command: "verify",
+    node: parseEndpointFlag(required(flags.node, "--node"), "--node", NODE_EXAMPLE),
+    attestationConfig: required(flags["attestation-config"], "--attestation-config"),
+    output,
+    timeoutMs: seconds(flags.timeout, "--timeout", 30),
+  };
+}
+
+function parseRecoverFlags(args: string[]): RecoverCommand {
+  const flags = parseFlags(args, {
+    "master-secret": { type: "string" },
+    "disk-uuid": { type: "string" },
+    out: { type: "string" },
+    "print-hex": { type: "boolean" },
+  }, "cli recover");
+  const diskUuid = required(flags["disk-uuid"], "--disk-uuid");
+  if (!DISK_UUID.test(diskUuid)) {
+    throw new UsageError(
+      `invalid --disk-uuid "${diskUuid}": want a UUID like 0123abcd-0000-4000-8000-00000000cafe`,
+    );
+  }
+  if (flags.out !== undefined && flags["print-hex"]) {
+    throw new UsageError("give --out or --print-hex, not both");
+  }
+  if (flags.out === undefined && !flags["print-hex"]) {
+    throw new UsageError("give --out FILE (a new 0600 key file) or --print-hex (the key as hex on stdout)");
+  }
+  return {
+    masterSecret: required(flags["master-secret"], "--master-secret"),
+    diskUuid,
+    output: flags.out !== undefined ? { file: required(flags.out, "--out") } : "stdout-hex",
+  };
+}

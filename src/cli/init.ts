@@ -1,0 +1,347 @@
+/**
+ * `cli init`: the operator's side of the init (docs/attested-exchange.md
+ * §7), on the init client library (`src/init/client.ts`).
+ *
+ * 1. reads and validates the attestation config and the init secret file,
+ *    and checks the kubeconfig can be written, before anything else;
+ * 2. reads the master secret file, or creates it (0600, never overwritten);
+ * 3. chooses a fresh 32-byte measurement salt and builds the
+ *    `kms://cluster-kms?key=…&salt=…` URI (the master secret travels only
+ *    inside the request sealed to the attested key);
+ * 4. runs the exchange: the node's evidence for a fresh nonce is validated
+ *    against the config, then the sealed `Init` is sent. While the node
+ *    does not answer (connection refused, `Unavailable`) and the Init has
+ *    not been sent, it retries every {@linkcode RETRY_INTERVAL_MS} until
+ *    `--timeout`;
+ * 5. on success writes the admin kubeconfig (0600, never over an existing
+ *    file) and prints the cluster ID; on failure writes the node's streamed
+ *    logs to `--logs-out` and says why in words the operator can act on.
+ *
+ * Progress phases come from the exchange itself: the transport reports
+ * which call is under way (`GetAttestation`: verifying the node; `Init`: the
+ * node works), and the log stream what the node sends.
+ *
+ * @module
+ */
+import { Code } from "@connectrpc/connect";
+import type { Transport } from "@connectrpc/connect";
+import { initCluster, InitError, type InitParameters, type InitResult } from "../init/client.ts";
+import { MEASUREMENT_SALT_LENGTH } from "../init/protocol.ts";
+import type { Logger } from "../log/logger.ts";
+import { encodeMasterSecretUri } from "../kms/uri.ts";
+import { readSecretFile, SecretFileError } from "../secrets/secret_file.ts";
+import { configValidator, readAttestationConfigFile } from "./attestation_config_file.ts";
+import { CliError, errorLine } from "./errors.ts";
+import { loadOrCreateMasterSecretFile } from "./master_secret_file.ts";
+import { connectNode } from "./node_connection.ts";
+import { checkCreatable, createNewFile, writePrivateFile } from "./output_file.ts";
+import type { Progress } from "./progress.ts";
+
+/** Pause between attempts while the node is unreachable. */
+export const RETRY_INTERVAL_MS = 2_000;
+
+/** The storage URI the CLI sends: the cluster KMS keeps nothing in storage. */
+export const NO_STORE_URI = "storage://no-store";
+
+/** What `cli init` is asked to do (its flags, parsed). */
+export interface InitCommand {
+  /** The node's init server, "host:port". */
+  node: string;
+  /** The attestation config file. */
+  attestationConfig: string;
+  /** The master secret file (read, or created when absent). */
+  masterSecret: string;
+  /** The file holding the init secret (its bcrypt hash is in the node's metadata). */
+  initSecretFile: string;
+  /** The Kubernetes version, e.g. "v1.30.2". */
+  kubernetesVersion: string;
+  /** The cluster's name. */
+  clusterName: string;
+  /** Where the admin kubeconfig goes. */
+  kubeconfigOut: string;
+  /** Where the node's logs go after a failure. */
+  logsOut: string;
+  /** How long to wait for the node to answer, in ms. */
+  timeoutMs: number;
+  /** How long the node may take once it has the Init, in ms. */
+  initTimeoutMs: number;
+}
+
+/** What {@linkcode runInit} needs besides the command. */
+export interface InitEnvironment {
+  /** Phases for the operator. */
+  progress: Progress;
+  /** Validator warnings. */
+  logger: Logger;
+  /** Results (cluster ID, kubeconfig path) for stdout. */
+  print(line: string): void;
+  /** Interrupts (Ctrl-C). */
+  signal?: AbortSignal;
+}
+
+/** Runs `cli init`. Resolves on success; throws {@linkcode CliError} naming what to fix. */
+export async function runInit(command: InitCommand, env: InitEnvironment): Promise<InitResult> {
+  const { progress } = env;
+  const loaded = await readAttestationConfigFile(command.attestationConfig);
+  const validator = configValidator(loaded, env.logger);
+  const initSecret = await readInitSecret(command.initSecretFile);
+  await checkCreatable(command.kubeconfigOut, "kubeconfig");
+  const { secret, created } = await loadOrCreateMasterSecretFile(command.masterSecret);
+  if (created) {
+    progress.phase(`created the master secret file ${command.masterSecret} (mode 0600): back it up`);
+  }
+
+  const parameters: InitParameters = {
+    kmsUri: encodeMasterSecretUri(secret),
+    storageUri: NO_STORE_URI,
+    initSecret,
+    measurementSalt: crypto.getRandomValues(new Uint8Array(MEASUREMENT_SALT_LENGTH)),
+    attestationConfig: loaded.text,
+    kubernetesVersion: command.kubernetesVersion,
+    clusterName: command.clusterName,
+  };
+  let result: InitResult;
+  try {
+    result = await initWithRetry(command, parameters, validator, env);
+  } catch (error) {
+    progress.done();
+    if (!(error instanceof InitFailure)) throw error;
+    throw await describeFailure(error, command);
+  } finally {
+    initSecret.fill(0);
+  }
+  progress.done();
+  try {
+    await createNewFile(command.kubeconfigOut, result.kubeconfig, "kubeconfig");
+  } catch (error) {
+    // The cluster exists now: its only admin credentials must not be lost.
+    const fallback = `${command.kubeconfigOut}.${result.clusterId.toHex().slice(0, 8)}`;
+    await createNewFile(fallback, result.kubeconfig, "kubeconfig");
+    env.print(`warning: ${errorLine(error)}; the kubeconfig went to ${fallback}`);
+    command = { ...command, kubeconfigOut: fallback };
+  }
+  env.print("cluster initialized");
+  env.print(`cluster ID: ${result.clusterId.toHex()}`);
+  env.print(
+    `kubeconfig: ${command.kubeconfigOut} (mode 0600; kubectl --kubeconfig ${command.kubeconfigOut} get nodes)`,
+  );
+  return result;
+}
+
+/** An {@linkcode InitError} with what the CLI knows about the attempt. */
+class InitFailure extends Error {
+  constructor(
+    readonly error: InitError,
+    readonly timedOut: "connect" | "init" | undefined,
+    readonly attempts: number,
+    readonly streamed: Uint8Array[],
+  ) {
+    super(error.message, { cause: error });
+  }
+}
+
+/** The init exchange, retried while the node is unreachable and the Init not yet sent. */
+async function initWithRetry(
+  command: InitCommand,
+  parameters: InitParameters,
+  validator: ReturnType<typeof configValidator>,
+  env: InitEnvironment,
+): Promise<InitResult> {
+  const { progress } = env;
+  const deadline = Date.now() + command.timeoutMs;
+  for (let attempt = 1;; attempt++) {
+    const attemptAbort = new AbortController();
+    let timedOut: "connect" | "init" | undefined;
+    let initSent = false;
+    const streamed: Uint8Array[] = [];
+    let streamedBytes = 0;
+    let timer = setTimeout(() => {
+      timedOut = "connect";
+      attemptAbort.abort(new Error("deadline"));
+    }, Math.max(0, deadline - Date.now()));
+    const signal = env.signal ? AbortSignal.any([env.signal, attemptAbort.signal]) : attemptAbort.signal;
+    using connection = connectNode(command.node);
+    const transport = observedTransport(connection.transport, (method) => {
+      if (method === "GetAttestation") {
+        progress.phase(`verifying the attestation of node ${command.node}`);
+      } else if (method === "Init") {
+        initSent = true;
+        clearTimeout(timer);
+        timer = setTimeout(() => {
+          timedOut = "init";
+          attemptAbort.abort(new Error("init deadline"));
+        }, command.initTimeoutMs);
+        progress.phase(
+          "attestation verified; the node initializes: state disk, node lock, kubeadm init, cluster objects",
+        );
+      }
+    });
+    try {
+      return await untilAborted(
+        signal,
+        initCluster(parameters, {
+          transport,
+          validator,
+          signal,
+          onLog: (chunk) => {
+            streamed.push(chunk);
+            streamedBytes += chunk.length;
+            progress.phase(`receiving the node's logs (${Math.ceil(streamedBytes / 1024)} KiB)`);
+          },
+        }),
+      );
+    } catch (error) {
+      if (!(error instanceof InitError)) throw error;
+      const retry = error.reason === "unavailable" && !initSent && !env.signal?.aborted &&
+        Date.now() + RETRY_INTERVAL_MS < deadline;
+      if (!retry) throw new InitFailure(error, timedOut, attempt, streamed);
+      progress.phase(
+        `waiting for node ${command.node} to answer (attempt ${attempt}: ${shorten(error.message)})`,
+      );
+      await delay(RETRY_INTERVAL_MS, env.signal);
+      if (env.signal?.aborted) {
+        throw new InitFailure(new InitError("canceled", "canceled"), undefined, attempt, []);
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/** The failure in the operator's words; the node's logs are written first when it sent any. */
+async function describeFailure(failure: InitFailure, command: InitCommand): Promise<CliError> {
+  const { error } = failure;
+  let logsNote = "";
+  const logs = error.logs.length > 0 ? error.logs : await new Blob(failure.streamed as BlobPart[]).bytes();
+  if (logs.length > 0) {
+    await writePrivateFile(command.logsOut, logs, "node logs");
+    logsNote = `; the node's logs are in ${command.logsOut}`;
+  }
+  switch (error.reason) {
+    case "attestation-rejected":
+      return new CliError(
+        "attestation",
+        `${error.message}. If the node runs the image you expect, the measurements in ${command.attestationConfig} are wrong (compare with cli verify)`,
+        { cause: error },
+      );
+    case "refused":
+      if (isInitSecretRefusal(error)) {
+        return new CliError(
+          "init-secret",
+          `the node refused the init secret from ${command.initSecretFile}: it does not match the bcrypt hash the node reads from its metadata (/initsecrethash). Use the init secret the cluster's nodes were created with${logsNote}`,
+          { cause: error },
+        );
+      }
+      return new CliError("refused", `${error.message}${logsNote}`, { cause: error });
+    case "unavailable":
+      return new CliError(
+        "unreachable",
+        failure.timedOut === "connect" || failure.attempts > 1
+          ? `node ${command.node} did not answer within --timeout ${
+            command.timeoutMs / 1000
+          } s (${failure.attempts} attempts; last: ${
+            shorten(error.message)
+          }): check --node (host and init server port, default 9000) and that the node's bootstrapper is running`
+          : `node ${command.node}: ${error.message}${logsNote}`,
+        { cause: error },
+      );
+    case "canceled":
+      if (failure.timedOut === "connect") {
+        return new CliError(
+          "unreachable",
+          `node ${command.node} did not answer within --timeout ${
+            command.timeoutMs / 1000
+          } s: check --node and that the node's bootstrapper is running`,
+          { cause: error },
+        );
+      }
+      if (failure.timedOut === "init") {
+        return new CliError(
+          "refused",
+          `the node did not finish the init within --init-timeout ${
+            command.initTimeoutMs / 1000
+          } s${logsNote}`,
+          { cause: error },
+        );
+      }
+      return new CliError("canceled", `init canceled${logsNote}`, { cause: error });
+    default:
+      return new CliError("protocol", `${error.message}${logsNote}`, { cause: error });
+  }
+}
+
+/** Whether the node refused because the init secret does not match its metadata's hash. */
+function isInitSecretRefusal(error: InitError): boolean {
+  return error.code === Code.PermissionDenied && /invalid init secret/.test(error.serverMessage ?? "");
+}
+
+/**
+ * Reads the init secret: the file's bytes, without one trailing newline (a
+ * file written with `echo`). Throws {@linkcode CliError} "input".
+ */
+export async function readInitSecret(path: string): Promise<Uint8Array> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await readSecretFile(path, { description: "init secret", minLength: 1 });
+  } catch (error) {
+    if (error instanceof SecretFileError) {
+      throw new CliError("input", `${error.message} (--init-secret-file)`, { cause: error });
+    }
+    throw error;
+  }
+  let end = bytes.length;
+  if (bytes[end - 1] === 0x0a) end--;
+  if (bytes[end - 1] === 0x0d) end--;
+  if (end === 0) throw new CliError("input", `init secret file ${path} is empty (--init-secret-file)`);
+  const secret = bytes.slice(0, end);
+  bytes.fill(0);
+  return secret;
+}
+
+/**
+ * A transport that reports each call's method name before making it.
+ *
+ * The exchange runs without an abort signal (one suspect of the
+ * "Premature close" seen when the node exits right after its answer; not
+ * confirmed): it is left instead by {@linkcode untilAborted}, and its
+ * connection closed.
+ */
+function observedTransport(transport: Transport, onCall: (method: string) => void): Transport {
+  return {
+    unary(method, ...rest) {
+      onCall(method.name);
+      return transport.unary(method, ...rest);
+    },
+    stream(method, ...rest) {
+      onCall(method.name);
+      return transport.stream(method, ...rest);
+    },
+  };
+}
+
+/** `work`, or a "canceled" {@linkcode InitError} as soon as `signal` aborts. */
+function untilAborted<T>(signal: AbortSignal, work: Promise<T>): Promise<T> {
+  if (signal.aborted) return Promise.reject(new InitError("canceled", "canceled"));
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new InitError("canceled", "canceled"));
+    signal.addEventListener("abort", onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+function shorten(text: string): string {
+  const line = text.split("\n")[0];
+  return line.length > 160 ? `${line.slice(0, 157)}...` : line;
+}
+
+function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

@@ -1,0 +1,228 @@
+/**
+ * The CLI's files and pure parts: the master secret file (created
+ * exclusively with mode 0600, never overwritten, malformed ones refused),
+ * attestation config errors naming the file and field, the recovery against
+ * the reference vector, and the verify report rendered from a fixed result.
+ */
+import assert from "node:assert/strict";
+import { readAttestationConfigFile } from "../../src/cli/attestation_config_file.ts";
+import { CliError } from "../../src/cli/errors.ts";
+import { parseCliArgs } from "../../src/cli/flags.ts";
+import {
+  loadOrCreateMasterSecretFile,
+  parseMasterSecretFile,
+  readMasterSecretFile,
+} from "../../src/cli/master_secret_file.ts";
+import { recoverDiskKey, runRecover } from "../../src/cli/recover.ts";
+import { renderVerifyJson, renderVerifyTable } from "../../src/cli/verify_report.ts";
+import type { VerifyResult } from "../../src/cli/verify.ts";
+import { UsageError } from "../../src/flags/flags.ts";
+
+const bytes = (from: number) => Uint8Array.from({ length: 32 }, (_, i) => from + i);
+const REFERENCE_UUID = "0123abcd-0000-4000-8000-00000000cafe";
+const REFERENCE_DISK_KEY = "cd38fc179a5154a9bd738351a8d0469a30c9edd57f9d8a31bc0153926daeadb1";
+
+async function tempDir(): Promise<string> {
+  return await Deno.makeTempDir({ prefix: "cli-test-" });
+}
+
+function rejectsWith(reason: string, pattern: RegExp) {
+  return (error: unknown) => {
+    assert.ok(error instanceof CliError, String(error));
+    assert.equal(error.reason, reason);
+    assert.match(error.message, pattern);
+    return true;
+  };
+}
+
+Deno.test("master secret file: created exclusively with mode 0600, read back, never overwritten", async () => {
+  const dir = await tempDir();
+  const path = `${dir}/constellation-mastersecret.json`;
+  const first = await loadOrCreateMasterSecretFile(path);
+  assert.equal(first.created, true);
+  assert.equal(first.secret.key.length, 32);
+  assert.equal(first.secret.salt.length, 32);
+  assert.equal((await Deno.stat(path)).mode! & 0o777, 0o600);
+  const json = JSON.parse(await Deno.readTextFile(path));
+  assert.deepEqual(Object.keys(json).sort(), ["key", "salt"]);
+  assert.deepEqual(Uint8Array.fromBase64(json.key), first.secret.key);
+  const before = await Deno.readFile(path);
+  const second = await loadOrCreateMasterSecretFile(path);
+  assert.equal(second.created, false);
+  assert.deepEqual(second.secret, first.secret);
+  assert.deepEqual(await Deno.readFile(path), before, "an existing file is not rewritten");
+  assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), ["constellation-mastersecret.json"]);
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("master secret file: malformed files are refused naming the file and field, never a value", async () => {
+  const dir = await tempDir();
+  const path = `${dir}/ms.json`;
+  const key = bytes(0).toBase64();
+  const salt = bytes(0x20).toBase64();
+  const cases: [string, RegExp][] = [
+    ["not json", /ms\.json: not valid JSON/],
+    ["[]", /want a JSON object/],
+    [JSON.stringify({ key }), /"salt" is missing/],
+    [JSON.stringify({ key: "AA==", salt }), /"key" is 1 bytes, want at least 16/],
+    [
+      JSON.stringify({ key, salt: bytes(0).subarray(0, 16).toBase64() }),
+      /"salt" is 16 bytes, want at least 32/,
+    ],
+    [JSON.stringify({ key: "not base64!", salt }), /"key" must be standard base64/],
+    [JSON.stringify({ key, salt, extra: 1 }), /unknown field "extra"/],
+  ];
+  for (const [text, pattern] of cases) {
+    await Deno.writeTextFile(path, text, { mode: 0o600 });
+    await assert.rejects(readMasterSecretFile(path), rejectsWith("master-secret", pattern));
+    // A malformed file is refused, not replaced.
+    await assert.rejects(loadOrCreateMasterSecretFile(path), rejectsWith("master-secret", pattern));
+    assert.equal(await Deno.readTextFile(path), text);
+  }
+  try {
+    parseMasterSecretFile(JSON.stringify({ key: "not base64!", salt }), path);
+  } catch (error) {
+    assert.ok(!(error as Error).message.includes(salt));
+  }
+  await assert.rejects(
+    readMasterSecretFile(`${dir}/absent.json`),
+    rejectsWith("master-secret", /absent\.json: no such file/),
+  );
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("attestation config: errors name the file and the field", async () => {
+  const dir = await tempDir();
+  const path = `${dir}/attestation.json`;
+  const pcr = "ab".repeat(32);
+  const cases: [unknown, RegExp][] = [
+    [{ variant: "qemu-vtpm", akTrust: { trustAnyKey: true } }, /attestation\.json: measurements are missing/],
+    [
+      { variant: "qemu-vtpm", measurements: { "4": { expected: "abcd" } }, akTrust: { trustAnyKey: true } },
+      /attestation\.json: measurement "4": expected must be hex of 32 or 48 bytes/,
+    ],
+    [{ variant: "qemu-vtpm", measurements: { "4": pcr } }, /akTrust is missing/],
+    [{ variant: "sev-snp" }, /unknown attestation variant "sev-snp"/],
+    [{ measurements: {} }, /variant is missing/],
+    [
+      {
+        variant: "qemu-vtpm",
+        measurements: { "4": pcr },
+        akTrust: { allowedKeyDigests: ["11".repeat(32)], controlPlaneKeyDigests: ["00".repeat(32)] },
+      },
+      /controlPlaneKeyDigests\[0\] is not in allowedKeyDigests/,
+    ],
+  ];
+  for (const [config, pattern] of cases) {
+    await Deno.writeTextFile(path, JSON.stringify(config));
+    await assert.rejects(readAttestationConfigFile(path), rejectsWith("config", pattern));
+  }
+  await Deno.writeTextFile(path, "{");
+  await assert.rejects(
+    readAttestationConfigFile(path),
+    rejectsWith("config", /attestation\.json: invalid JSON/),
+  );
+  await assert.rejects(
+    readAttestationConfigFile(`${dir}/absent.json`),
+    rejectsWith("config", /cannot read attestation config .*absent\.json: no such file/),
+  );
+  await Deno.writeTextFile(
+    path,
+    JSON.stringify({ variant: "qemu-vtpm", measurements: { "4": pcr }, akTrust: { trustAnyKey: true } }),
+  );
+  const loaded = await readAttestationConfigFile(path);
+  assert.equal(loaded.config.variant, "qemu-vtpm");
+  assert.deepEqual([...loaded.config.measurements.keys()], [4]);
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("recover: the disk key of the reference vector, to a new 0600 file or as hex on request", async () => {
+  const dir = await tempDir();
+  const secretPath = `${dir}/ms.json`;
+  await Deno.writeTextFile(
+    secretPath,
+    JSON.stringify({ key: bytes(0).toBase64(), salt: bytes(0x20).toBase64() }),
+  );
+  assert.equal((await recoverDiskKey(secretPath, REFERENCE_UUID)).toHex(), REFERENCE_DISK_KEY);
+  assert.equal((await recoverDiskKey(secretPath, REFERENCE_UUID.toUpperCase())).toHex(), REFERENCE_DISK_KEY);
+  const lines: string[] = [];
+  await runRecover({
+    masterSecret: secretPath,
+    diskUuid: REFERENCE_UUID,
+    output: { file: `${dir}/disk.key` },
+  }, (l) => lines.push(l));
+  assert.equal((await Deno.readFile(`${dir}/disk.key`)).toHex(), REFERENCE_DISK_KEY);
+  assert.equal((await Deno.stat(`${dir}/disk.key`)).mode! & 0o777, 0o600);
+  assert.ok(!lines.join("\n").includes(REFERENCE_DISK_KEY), "the key is not printed unless asked");
+  assert.match(lines.join("\n"), /cryptsetup open --key-file .*disk\.key/);
+  await assert.rejects(
+    runRecover(
+      { masterSecret: secretPath, diskUuid: REFERENCE_UUID, output: { file: `${dir}/disk.key` } },
+      () => {},
+    ),
+    rejectsWith("output", /disk\.key already exists/),
+  );
+  const printed: string[] = [];
+  await runRecover(
+    { masterSecret: secretPath, diskUuid: REFERENCE_UUID, output: "stdout-hex" },
+    (l) => printed.push(l),
+  );
+  assert.deepEqual(printed, [REFERENCE_DISK_KEY]);
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("command line: one-line usage errors", () => {
+  const usage = (args: string[], pattern: RegExp) =>
+    assert.throws(() => parseCliArgs(args), (e) => e instanceof UsageError && pattern.test(e.message));
+  usage([], /missing command/);
+  usage(["deploy"], /unknown command "deploy"/);
+  usage(["recover", "--master-secret", "m", "--disk-uuid", "nope", "--out", "k"], /invalid --disk-uuid/);
+  usage(["recover", "--master-secret", "m", "--disk-uuid", REFERENCE_UUID], /--out FILE .* or --print-hex/);
+  usage(["verify", "--node", "10.0.0.1", "--attestation-config", "a"], /invalid --node/);
+  usage(["verify", "--node", "10.0.0.1:9000", "--attestation-config", "a", "--output", "yaml"], /--output/);
+  usage(["init", "--node", "10.0.0.1:9000"], /missing --attestation-config/);
+  assert.equal(parseCliArgs(["init", "--help"]), "help");
+});
+
+const RESULT: VerifyResult = {
+  node: "10.0.0.5:9000",
+  variant: "qemu-vtpm",
+  passed: false,
+  reason: "measurement-mismatch",
+  message: "measurements differ",
+  pcrs: [
+    { index: 4, expected: "aa".repeat(32), actual: "bb".repeat(32), enforced: true, match: false },
+    { index: 8, expected: "cc".repeat(32), actual: "dd".repeat(32), enforced: false, match: false },
+    { index: 9, expected: "ee".repeat(32), actual: "ee".repeat(32), enforced: true, match: true },
+  ],
+};
+
+Deno.test("verify report: a table of every PCR, mismatches highlighted only with colour, and JSON", () => {
+  const plain = renderVerifyTable(RESULT, false);
+  assert.equal(
+    plain,
+    [
+      "node 10.0.0.5:9000 (qemu-vtpm): attestation FAILED (measurement-mismatch)",
+      `PCR  POLICY     MATCH     EXPECTED${" ".repeat(58)}ACTUAL`,
+      `4    enforced   MISMATCH  ${"aa".repeat(32)}  ${"bb".repeat(32)}`,
+      `8    warn-only  MISMATCH  ${"cc".repeat(32)}  ${"dd".repeat(32)}`,
+      `9    enforced   ok        ${"ee".repeat(32)}  ${"ee".repeat(32)}`,
+      "mismatching: PCR[4] (enforced), PCR[8] (warn-only)",
+      "",
+    ].join("\n"),
+  );
+  assert.ok(!plain.includes("\x1b["));
+  const colored = renderVerifyTable(RESULT, true);
+  assert.ok(colored.includes(`\x1b[31m4    enforced   MISMATCH`));
+  assert.ok(colored.includes(`\x1b[33m8    warn-only`));
+  assert.ok(!colored.includes("\x1b[31m9 "));
+  assert.deepEqual(JSON.parse(renderVerifyJson(RESULT)), RESULT);
+  const unknown = renderVerifyTable({
+    ...RESULT,
+    reason: "untrusted-key",
+    message: "attestation key not trusted",
+    pcrs: [{ index: 4, expected: "aa".repeat(32), actual: null, enforced: true, match: null }],
+  }, false);
+  assert.match(unknown, /^4 +enforced +unknown +a+ +-$/m);
+  assert.match(unknown, /why: attestation key not trusted/);
+});

@@ -1,0 +1,157 @@
+/**
+ * The real CLI as a process under its permission set (`-P=cli`) against a
+ * real cluster of bootstrapper processes (tests/support/bootstrap_cluster.ts):
+ * verify passes against the control plane and fails naming PCR 4 against a
+ * tampered node; init with a wrong init secret is refused in plain words;
+ * init succeeds and writes the node's admin.conf; recover opens the node's
+ * disk; an unreachable node ends at the deadline.
+ */
+import assert from "node:assert/strict";
+import { readNodeState } from "../../src/bootstrapper/node_state.ts";
+import { ClusterKms } from "../../src/kms/cluster_kms.ts";
+import { deriveClusterId, deriveMeasurementSecret } from "../../src/kms/keys.ts";
+import { REPO_ROOT } from "../keyservice/key_service_process.ts";
+import { INIT_SECRET, startBootstrapCluster } from "../support/bootstrap_cluster.ts";
+import { diskOpensWith } from "../support/cryptsetup.ts";
+import { type ProcessResult, runToExit } from "../support/process.ts";
+
+/** Runs `cli args` as `deno task cli` would. */
+function cli(args: string[], timeoutMs = 60_000): Promise<ProcessResult> {
+  return runToExit("deno", ["run", "-P=cli", "--no-prompt", "src/cli/main.ts", ...args], {
+    cwd: REPO_ROOT,
+    timeoutMs,
+  });
+}
+
+const output = (result: ProcessResult) => [...result.stdoutLines, ...result.stderrLines].join("\n");
+
+async function diskUuid(disk: string): Promise<string> {
+  const result = await new Deno.Command("cryptsetup", { args: ["luksUUID", disk], clearEnv: true }).output();
+  return new TextDecoder().decode(result.stdout).trim().toLowerCase();
+}
+
+Deno.test("cli processes against a bootstrapper cluster: verify, init, recover", async (t) => {
+  const dir = await Deno.realPath(await Deno.makeTempDir({ prefix: "cli-cluster-" }));
+  const stack = new AsyncDisposableStack();
+  try {
+    const cluster = await startBootstrapCluster(dir, stack);
+    const ops = `${dir}/operator`;
+    await Deno.mkdir(ops);
+    const config = `${ops}/attestation.json`;
+    await Deno.writeTextFile(config, cluster.attestationConfigText);
+    await Deno.writeTextFile(`${ops}/init-secret`, `${INIT_SECRET}\n`, { mode: 0o600 });
+    await Deno.writeTextFile(`${ops}/wrong-secret`, "not the init secret", { mode: 0o600 });
+    const masterSecret = `${ops}/constellation-mastersecret.json`;
+    const kubeconfig = `${ops}/admin.conf`;
+    const cp = await cluster.controlPlane.start();
+    const node = `127.0.0.1:${cp.port}`;
+    const initArgs = (secretFile: string) => [
+      "init",
+      ...["--node", node, "--attestation-config", config, "--master-secret", masterSecret],
+      ...["--init-secret-file", secretFile, "--kubernetes-version", "v1.30.2"],
+      ...["--kubeconfig-out", kubeconfig, "--logs-out", `${ops}/init.log`, "--timeout", "20"],
+    ];
+
+    await t.step("verify passes against the control plane: every configured PCR matches", async () => {
+      const table = await cli(["verify", "--node", node, "--attestation-config", config]);
+      assert.equal(table.code, 0, output(table));
+      assert.match(table.stdoutLines[0], /attestation OK/);
+      for (const pcr of [4, 9, 15]) {
+        assert.ok(table.stdoutLines.some((l) => new RegExp(`^${pcr} +enforced +ok `).test(l)), output(table));
+      }
+      const json = await cli(["verify", "--node", node, "--attestation-config", config, "--output", "json"]);
+      assert.equal(json.code, 0, output(json));
+      const result = JSON.parse(json.stdoutLines.join("\n"));
+      assert.equal(result.passed, true);
+      assert.deepEqual(result.pcrs.map((r: { index: number; match: boolean }) => [r.index, r.match]), [
+        [4, true],
+        [9, true],
+        [15, true],
+      ]);
+    });
+
+    await t.step("a node with a tampered PCR 4: verify exits non-zero naming PCR[4]", async () => {
+      const tampered = await cluster.addNode("tampered", "Worker", { tamperPcr4: true });
+      const process = await tampered.start();
+      const result = await cli([
+        "verify",
+        "--node",
+        `127.0.0.1:${process.port}`,
+        "--attestation-config",
+        config,
+      ]);
+      assert.equal(result.code, 1, output(result));
+      assert.match(result.stdoutLines[0], /attestation FAILED \(measurement-mismatch\)/);
+      assert.match(output(result), /^4 +enforced +MISMATCH /m);
+      assert.match(output(result), /^9 +enforced +ok /m);
+      assert.match(output(result), /mismatching: PCR\[4\] \(enforced\)/);
+      await process.stop("SIGKILL");
+    });
+
+    await t.step(
+      "init with a wrong init secret is refused in plain words; the node keeps serving",
+      async () => {
+        const result = await cli(initArgs(`${ops}/wrong-secret`));
+        assert.equal(result.code, 1, output(result));
+        assert.match(
+          result.stderrLines.at(-1)!,
+          /^cli: the node refused the init secret from .*wrong-secret/,
+        );
+        assert.equal(result.stderrLines.filter((l) => /^\s+at /.test(l)).length, 0, "no stack trace");
+        await assert.rejects(Deno.stat(kubeconfig));
+        assert.equal((await cluster.controlPlane.pcr15()).toHex(), "00".repeat(32));
+      },
+    );
+
+    let clusterId = "";
+    await t.step(
+      "init succeeds: the kubeconfig is the node's admin.conf, the cluster ID is printed",
+      async () => {
+        const result = await cli(initArgs(`${ops}/init-secret`));
+        assert.equal(result.code, 0, output(result));
+        assert.deepEqual(await Deno.readFile(kubeconfig), await Deno.readFile(cluster.cpPaths.adminConf));
+        assert.equal((await Deno.stat(kubeconfig)).mode! & 0o777, 0o600);
+        assert.equal((await Deno.stat(masterSecret)).mode! & 0o777, 0o600);
+        clusterId = /^cluster ID: ([0-9a-f]{64})$/m.exec(output(result))?.[1] ?? "";
+        const secret = JSON.parse(await Deno.readTextFile(masterSecret));
+        const kms = new ClusterKms(Uint8Array.fromBase64(secret.key), Uint8Array.fromBase64(secret.salt));
+        const { measurementSalt } = await readNodeState(cluster.cpPaths.nodeState);
+        assert.equal(
+          clusterId,
+          (await deriveClusterId(await deriveMeasurementSecret(kms), measurementSalt)).toHex(),
+        );
+        assert.ok(!output(result).includes(secret.key), "the master secret is in no output");
+        assert.ok(!output(result).includes(INIT_SECRET), "the init secret is in no output");
+      },
+    );
+
+    await t.step("recover: the key it writes opens the node's state disk", async () => {
+      const uuid = await diskUuid(cluster.controlPlane.disk);
+      const result = await cli([
+        "recover",
+        ...["--master-secret", masterSecret, "--disk-uuid", uuid, "--out", `${ops}/disk.key`],
+      ]);
+      assert.equal(result.code, 0, output(result));
+      assert.ok(await diskOpensWith(cluster.controlPlane.disk, await Deno.readFile(`${ops}/disk.key`)));
+    });
+
+    await t.step("an unreachable node: init retries until --timeout, then names the node", async () => {
+      const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+      const closed = (listener.addr as Deno.NetAddr).port;
+      listener.close();
+      const args = initArgs(`${ops}/init-secret`).map((a) => a === node ? `127.0.0.1:${closed}` : a);
+      args[args.indexOf("--kubeconfig-out") + 1] = `${ops}/other.conf`;
+      args[args.indexOf("--timeout") + 1] = "3";
+      const result = await cli(args);
+      assert.equal(result.code, 1, output(result));
+      assert.match(
+        result.stderrLines.at(-1)!,
+        /^cli: node 127\.0\.0\.1:\d+ did not answer within --timeout 3 s/,
+      );
+      assert.ok(result.stderrLines.some((l) => /waiting for node .* \(attempt 1/.test(l)), output(result));
+    });
+  } finally {
+    await stack.disposeAsync();
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+});
