@@ -19,6 +19,7 @@ const CONFIG_DIR = "/var/config";
 const LAUNCHER = `${REPO_ROOT}dist/key-service`;
 const JOIN_SERVICE_LAUNCHER = `${REPO_ROOT}dist/join-service`;
 const BOOTSTRAPPER_LAUNCHER = `${REPO_ROOT}dist/bootstrapper`;
+const CLI_LAUNCHER = `${REPO_ROOT}dist/cli`;
 /** The pinned Deno the launcher runs. */
 const LAUNCHER_ENV = { DENO: `${REPO_ROOT}node_modules/.bin/deno` };
 const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
@@ -255,6 +256,19 @@ Deno.test("the built services run under exactly their permission sets", async (t
         assert.match(msg, /state disk \(--state-disk\) .*: outside this process's read permissions/);
       },
     );
+
+    await t.step("the CLI runs, and cannot read outside its permissions (/proc)", async () => {
+      const help = await runToExit(CLI_LAUNCHER, ["--help"], { env: LAUNCHER_ENV, cwd: "/" });
+      assert.equal(help.code, 0, help.stderrLines.join("\n"));
+      assert.match(help.stdoutLines.join("\n"), /verify/);
+      const result = await runToExit(CLI_LAUNCHER, [
+        ...["recover", "--master-secret", "/proc/self/environ", "--disk-uuid"],
+        ...["0123abcd-0000-4000-8000-00000000cafe", "--print-hex"],
+      ], { env: LAUNCHER_ENV, cwd: "/" });
+      assert.equal(result.code, 1);
+      assert.match(result.stderrLines.join("\n"), /cli: .*\/proc\/self\/environ/);
+      assert.doesNotMatch(result.stderrLines.join("\n"), /\n\s+at /, "no stack trace");
+    });
 
     await t.step("the join service cannot read its inputs outside its permissions", async () => {
       const result = await runToExit(JOIN_SERVICE_LAUNCHER, [
