@@ -60,8 +60,10 @@ export interface RpcServer {
   /** The bound address (the real port when 0 was asked). */
   readonly address: { hostname: string; port: number };
   /**
-   * Stops accepting connections, lets in-flight calls finish within
-   * `graceMs` (default 10 s), then closes whatever remains.
+   * Lets in-flight calls finish, gives their clients up to 1 s to hang up
+   * (so none loses an answer's last frames), then stops listening and closes
+   * every connection (GOAWAY); whatever outlasts `graceMs` (default 10 s) in
+   * all is destroyed.
    */
   shutdown(graceMs?: number): Promise<void>;
 }
@@ -123,8 +125,10 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
   server.maxConnections = limits.maxConnections;
   const connections = new Connections(server, limits.maxConnectionsPerPeer);
   const sessions = new Set<http2.ServerHttp2Session>();
+  const streams = new OpenStreams();
   server.on("session", (session: http2.ServerHttp2Session) => {
     sessions.add(session);
+    session.on("stream", (stream: http2.ServerHttp2Stream) => streams.track(stream));
     session.once("close", () => sessions.delete(session));
     session.on("error", () => {});
     const socket = connections.socketOf(session);
@@ -145,25 +149,59 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
   return {
     address: { hostname: options.hostname, port: bound.port },
     async shutdown(graceMs = 10_000) {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      // The listener's close callback may come before the sessions have sent what is in flight (Deno's
-      // node:http2), so wait for each session itself: GOAWAY, then its streams finish and it closes.
-      const sessionsClosed = Promise.all(
-        [...sessions].map((session) =>
-          session.closed
-            ? Promise.resolve()
-            : new Promise<void>((resolve) => session.once("close", () => resolve()))
-        ),
-      );
-      for (const session of sessions) session.close();
+      // Deno's node:http2 reports the listener, and even a session, closed before what is in flight has
+      // left the process, and its client can drop a stream's last frames when GOAWAY and FIN arrive with
+      // them. So: calls in flight end; clients get a moment to take their answers and hang up; then
+      // GOAWAY and each connection's own socket closes. Only what outlasts the grace is destroyed.
       let timer: ReturnType<typeof setTimeout> | undefined;
       const deadline = new Promise<void>((resolve) => timer = setTimeout(resolve, graceMs));
-      await Promise.race([sessionsClosed, deadline]);
+      const socketsClosed = () =>
+        Promise.all(
+          [...sessions].map((session) => {
+            const socket = connections.socketOf(session);
+            return !socket || socket.destroyed
+              ? Promise.resolve()
+              : new Promise<void>((resolve) => socket.once("close", () => resolve()));
+          }),
+        );
+      await Promise.race([streams.idle(), deadline]);
+      let hangUpTimer: ReturnType<typeof setTimeout> | undefined;
+      const hangUpGrace = new Promise<void>((resolve) =>
+        hangUpTimer = setTimeout(resolve, Math.min(PEER_HANG_UP_GRACE_MS, graceMs))
+      );
+      await Promise.race([socketsClosed(), deadline, hangUpGrace]);
+      clearTimeout(hangUpTimer);
+      // Closing the listener earlier cut streams in flight in Deno's node:http2.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const session of sessions) session.close();
+      await Promise.race([socketsClosed(), deadline]);
       clearTimeout(timer);
       for (const session of sessions) session.destroy();
       await closed;
     },
   };
+}
+
+/** How long a shutdown waits, once no call is in flight, for clients to hang up before it sends GOAWAY. */
+const PEER_HANG_UP_GRACE_MS = 1_000;
+
+/** Counts the server's open streams, for a shutdown that lets calls in flight end. */
+class OpenStreams {
+  #open = 0;
+  #waiters: (() => void)[] = [];
+
+  /** Counts `stream` until it closes. */
+  track(stream: http2.ServerHttp2Stream): void {
+    this.#open++;
+    stream.once("close", () => {
+      if (--this.#open === 0) { for (const wake of this.#waiters.splice(0)) wake(); }
+    });
+  }
+
+  /** Resolves once no stream is open. */
+  idle(): Promise<void> {
+    return this.#open === 0 ? Promise.resolve() : new Promise((resolve) => this.#waiters.push(resolve));
+  }
 }
 
 /**
@@ -195,7 +233,8 @@ class Connections {
 
   /** The TCP socket carrying `session`, if it is still open. */
   socketOf(session: http2.Http2Session): Socket | undefined {
-    return this.#sockets.get(`${session.socket.remoteAddress}:${session.socket.remotePort}`);
+    const socket = session.socket as Socket | undefined; // gone once the session is destroyed
+    return socket && this.#sockets.get(`${socket.remoteAddress}:${socket.remotePort}`);
   }
 }
 
