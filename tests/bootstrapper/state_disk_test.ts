@@ -12,8 +12,6 @@ import { formatStateDisk } from "../../src/localcluster/node.ts";
 import { cryptsetup } from "../support/cryptsetup.ts";
 import { recordingTool } from "../support/recording_tool.ts";
 
-const CONTAINER_BYTES = 20 << 20; // a LUKS2 header takes 16 MiB; sparse, so it costs no disk space
-
 interface Fixture {
   dir: string;
   device: string;
@@ -31,11 +29,6 @@ async function withDisk(
   try {
     const device = `${dir}/state.img`;
     const header = options.detachedHeader ? `${dir}/state.hdr` : undefined;
-    for (const file of [device, header]) {
-      if (file) {
-        await Deno.writeFile(file, new Uint8Array()).then(() => Deno.truncate(file, CONTAINER_BYTES));
-      }
-    }
     // Key bytes that break line-based or text-based handling: a newline, a NUL, high bytes.
     const initialKey = new Uint8Array([...crypto.getRandomValues(new Uint8Array(30)), 0x0a, 0x00]);
     const initialKeyFile = `${dir}/state.key`;

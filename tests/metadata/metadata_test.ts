@@ -184,7 +184,7 @@ Deno.test("metadata API: unknown and ambiguous callers, and a table changed whil
 
 Deno.test("metadata client: malformed answers are errors naming the field, never a crash", async (t) => {
   let answer: { status?: number; type?: string; body: string } = { body: "" };
-  await using stub = Deno.serve(
+  await using malformedAnswers = Deno.serve(
     { hostname: "127.0.0.1", port: 0, onListen() {} },
     () =>
       new Response(answer.body, {
@@ -192,7 +192,7 @@ Deno.test("metadata client: malformed answers are errors naming the field, never
         headers: { "content-type": answer.type ?? "application/json" },
       }),
   );
-  const client = new MetadataClient({ baseUrl: `http://127.0.0.1:${stub.addr.port}/` });
+  const client = new MetadataClient({ baseUrl: `http://127.0.0.1:${malformedAnswers.addr.port}/` });
   const good = {
     Name: "worker-0",
     ProviderID: "qemu:///hostname/worker-0",
