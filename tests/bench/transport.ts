@@ -16,7 +16,7 @@ import { createClient } from "@connectrpc/connect";
 import { API, GetDataKeyRequestSchema } from "../../src/gen/kms/kms_pb.ts";
 import { connectRpc } from "../../src/rpc/client.ts";
 import { fuzz } from "../support/hostile_h2.ts";
-import { type RunningService, startService } from "../support/process.ts";
+import { type RunningService, startService } from "../../src/os/service_process.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { percentile } from "./stats.ts";
 

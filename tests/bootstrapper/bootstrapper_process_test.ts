@@ -19,7 +19,7 @@ import { INIT_SECRET, startBootstrapCluster } from "../support/bootstrap_cluster
 import type { BootstrapNode } from "../support/bootstrap_node.ts";
 import { diskOpensWith } from "../support/cryptsetup.ts";
 import { sha256 } from "../support/digest.ts";
-import type { RunningService } from "../support/process.ts";
+import type { RunningService } from "../../src/os/service_process.ts";
 import { componentHash, tarGz } from "../support/tar.ts";
 
 /** SHA256(old ‖ SHA256(data)): what TPM2_PCR_Event does to a SHA-256 PCR. */

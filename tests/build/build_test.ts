@@ -12,7 +12,7 @@ import { launcherScript, permissionFlags } from "../../scripts/build.ts";
 import { HKDF_ZERO } from "../kms/vectors.ts";
 import { createTestCa } from "../support/pki.ts";
 import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
-import { runToExit, startService } from "../support/process.ts";
+import { runToExit, startService } from "../../src/os/service_process.ts";
 import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/key_service_process.ts";
 
 const CONFIG_DIR = "/var/config";

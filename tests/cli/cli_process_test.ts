@@ -13,7 +13,7 @@ import { deriveClusterId, deriveMeasurementSecret } from "../../src/kms/keys.ts"
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { INIT_SECRET, startBootstrapCluster } from "../support/bootstrap_cluster.ts";
 import { diskOpensWith } from "../support/cryptsetup.ts";
-import { type ProcessResult, runToExit } from "../support/process.ts";
+import { type ProcessResult, runToExit } from "../../src/os/service_process.ts";
 
 /** Runs `cli args` as `deno task cli` would. */
 function cli(args: string[], timeoutMs = 60_000): Promise<ProcessResult> {

@@ -1,7 +1,7 @@
 /** The README's main job (`npm start` → scripts/dev.ts), run as a user runs it. */
 import assert from "node:assert/strict";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
-import { runToExit, startService } from "../support/process.ts";
+import { runToExit, startService } from "../../src/os/service_process.ts";
 import { KEY_SERVICE_LISTENING, REPO_ROOT } from "../keyservice/key_service_process.ts";
 
 /** The banner's first line; group 1 is the port it names. */

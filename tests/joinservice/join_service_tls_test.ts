@@ -6,7 +6,7 @@ import { API } from "../../src/gen/join/join_pb.ts";
 import { connectRpc } from "../../src/rpc/client.ts";
 import * as x509 from "../../src/x509/x509.ts";
 import { JOIN_SERVICE_LISTENING, startJoinCluster } from "../support/join_cluster.ts";
-import { startService } from "../support/process.ts";
+import { startService } from "../../src/os/service_process.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 
 Deno.test("without --tls-cert the join service serves a self-signed certificate it generated at start", async () => {

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { type RunningService, runToExit, startService } from "../support/process.ts";
+import { type RunningService, runToExit, startService } from "../../src/os/service_process.ts";
 
 /** The repository root (the tests' working directory for `deno run` and `buf`). */
 export const REPO_ROOT = decodeURIComponent(new URL("../../", import.meta.url).pathname);

@@ -17,7 +17,7 @@ import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { connectRpc, type RpcProtocol } from "../../src/rpc/client.ts";
 import { guardHttp2Teardown } from "../../src/rpc/http2_guard.ts";
 import { deriveClusterId } from "../../src/kms/keys.ts";
-import { runToExit } from "../support/process.ts";
+import { runToExit } from "../../src/os/service_process.ts";
 import {
   CHAINED_EXAMPLE,
   CONSTELLATION_VECTORS,

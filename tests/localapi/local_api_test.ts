@@ -12,7 +12,7 @@ import { stringify as stringifyYaml } from "yaml";
 import { STATE_FILE } from "../../src/localapi/state.ts";
 import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserver.ts";
 import { createTestCa, issueCert, issueLoopbackServerCert, type TestCert } from "../support/pki.ts";
-import { runToExit, startService } from "../support/process.ts";
+import { runToExit, startService } from "../../src/os/service_process.ts";
 import { withTempDir } from "../support/temp_dir.ts";
 
 const CRD = "/apis/update.edgeless.systems/v1alpha1";

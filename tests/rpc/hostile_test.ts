@@ -16,7 +16,7 @@ import { ErrorCode } from "../support/h2_frames.ts";
 import { floodStreams, fuzz, goawayThenRequest, type H2Target, slowloris } from "../support/hostile_h2.ts";
 import { processMemory } from "../support/process_memory.ts";
 import { startJoinCluster } from "../support/join_cluster.ts";
-import { type RunningService, runToExit } from "../support/process.ts";
+import { type RunningService, runToExit } from "../../src/os/service_process.ts";
 import { REPO_ROOT, startKeyService } from "../keyservice/key_service_process.ts";
 
 /**

@@ -31,7 +31,7 @@ import { type BootstrapNode, createBootstrapNode } from "./bootstrap_node.ts";
 import { publishClusterInfo } from "./cluster_info.ts";
 import { type FakeApiServer, startFakeApiServer } from "./fake_apiserver.ts";
 import { JOIN_SERVICE_LISTENING } from "./join_cluster.ts";
-import { type RunningService, startService } from "./process.ts";
+import { type RunningService, startService } from "../../src/os/service_process.ts";
 
 /** The cluster's init secret (its bcrypt hash is what the metadata API serves). */
 export const INIT_SECRET = "correct horse battery staple init secret";

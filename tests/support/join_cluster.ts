@@ -75,7 +75,7 @@ import {
   startFakeApiServer,
 } from "./fake_apiserver.ts";
 import { createTestCa, issueLoopbackServerCert, privateKeyToPem, type TestCa } from "./pki.ts";
-import { type RunningService, runToExit, startService } from "./process.ts";
+import { type RunningService, runToExit, startService } from "../../src/os/service_process.ts";
 import { startSwtpm, type Swtpm } from "../../src/localcluster/swtpm.ts";
 
 /** The join service's "listening" log line; group 1 is the join.API port. */

@@ -1,11 +1,12 @@
 /**
- * Runs real service processes in tests: start one, wait until a log line
- * says it is ready (and which port it bound), read its output, stop it.
+ * Runs service processes (the local cluster's nodes and services, and the
+ * tests' real processes): start one, wait until a log line says it is ready
+ * (and which port it bound), read its output, stop it.
  *
  * Processes get a clean environment ({@linkcode cleanEnv}) and are always
  * reaped: a process that never gets ready is killed before the error is
  * thrown. Programs are spawned by name (e.g. "deno", "buf"), so they must be
- * on PATH (npm test puts node_modules/.bin there) and in the test
+ * on PATH (npm test puts node_modules/.bin there) and in the caller's
  * permission set's run list.
  *
  * @module
@@ -27,6 +28,8 @@ export interface StartServiceOptions {
   cwd?: string;
   /** How long to wait for the ready line; default 20 s. */
   timeoutMs?: number;
+  /** Receives every stderr and stdout line as it arrives (Deno's config notice removed). */
+  onLine?: (line: string) => void;
 }
 
 /** A running service process. */
@@ -121,7 +124,7 @@ type SpawnedProcess = Omit<RunningService, "port">;
 function spawn(
   cmd: string,
   args: string[],
-  options: { env?: Record<string, string>; cwd?: string },
+  options: { env?: Record<string, string>; cwd?: string; onLine?: (line: string) => void },
 ): SpawnedProcess {
   let child: Deno.ChildProcess;
   try {
@@ -143,16 +146,17 @@ function spawn(
   const stdoutLines: string[] = [];
   const stderrLines: string[] = [];
   const watchers = new Set<(line: string) => void>();
-  const onLine = (lines: string[]) => (line: string) => {
+  const collectInto = (lines: string[]) => (line: string) => {
     if (DENO_NOTICE.test(line)) return;
     lines.push(line);
+    options.onLine?.(line);
     for (const watcher of watchers) watcher(line);
   };
   let exited = false;
   const status = Promise.all([
     child.status,
-    readLines(child.stdout, onLine(stdoutLines)),
-    readLines(child.stderr, onLine(stderrLines)),
+    readLines(child.stdout, collectInto(stdoutLines)),
+    readLines(child.stderr, collectInto(stderrLines)),
   ]).then(([status]) => {
     exited = true;
     for (const watcher of watchers) watcher("");
