@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/node_modules/.bin:$PATH" NO_COLOR=1 RUST_BACKTRACE=0 DENO_NO_PROMPT=1
 
 missing=()
-for tool in swtpm:swtpm swtpm_ioctl:swtpm-tools tpm2_quote:tpm2-tools cryptsetup:cryptsetup-bin \
+for tool in swtpm:swtpm swtpm_ioctl:swtpm-tools tpm2_quote:tpm2-tools cryptsetup:cryptsetup-bin ps:procps ip:iproute2 \
   openssl:openssl ssh-keygen:openssh-client kubectl:kubectl; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool##*:}")
 done

@@ -23,8 +23,8 @@ export const BOOTSTRAPPER_LISTENING = /"msg":"listening".*"port":(\d+)/;
 const FAST_PBKDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 /** A LUKS2 header takes 16 MiB; the file is sparse. */
 const DISK_BYTES = 20 << 20;
-/** The project's checkout (src/localcluster/ is two levels down). */
-const REPO_ROOT = decodeURIComponent(new URL("../../", import.meta.url).pathname);
+/** The project's checkout, with a trailing slash (src/localcluster/ is two levels down). */
+export const REPO_ROOT = decodeURIComponent(new URL("../../", import.meta.url).pathname);
 const TPM2_TOOLS = "tpm2_createprimary,tpm2_quote,tpm2_flushcontext,tpm2_pcrread,tpm2_pcrevent";
 
 /** A node's files. */
@@ -157,6 +157,11 @@ export interface BootstrapperArgsOptions {
   listenAddress?: string;
   /** More flags, appended; a leading "rejoin" is the command. */
   flags?: string[];
+  /**
+   * "dummy": the node runs the insecure development variant without a TPM
+   * (as a node built for development would); default "qemu-vtpm" on `tpm`.
+   */
+  variant?: "qemu-vtpm" | "dummy";
 }
 
 /** The `deno run` arguments of the bootstrapper on `node` (run from the project's checkout). */
@@ -172,7 +177,9 @@ export function bootstrapperArgs(node: NodeFiles, options: BootstrapperArgsOptio
     `--allow-run=${root}/run/state/bin/kubeadm,${root}/usr/bin/systemctl,cryptsetup,ln,${TPM2_TOOLS}`,
     `${REPO_ROOT}src/bootstrapper/main.ts`,
     ...flags.filter((flag) => flag === "rejoin"),
-    ...["--attestation-variant", "qemu-vtpm", "--tpm", options.tpm.tcti],
+    ...(options.variant === "dummy"
+      ? ["--attestation-variant", "dummy", "--tpm", "none"]
+      : ["--attestation-variant", "qemu-vtpm", "--tpm", options.tpm.tcti]),
     ...["--root", root, "--metadata-url", options.metadataUrl],
     ...["--state-disk", node.disk, "--state-disk-pbkdf", "pbkdf2:1000"],
     ...["--systemctl", `${root}/usr/bin/systemctl`, "--journalctl", "none"],

@@ -14,6 +14,8 @@
 export interface Swtpm {
   /** tpm2-tools TCTI for it, e.g. "swtpm:path=/tmp/swtpm-abc/tpm.sock". */
   readonly tcti: string;
+  /** The swtpm process's ID. */
+  readonly pid: number;
   /** Stops swtpm and removes its state. Idempotent. */
   stop(): Promise<void>;
 }
@@ -101,5 +103,5 @@ export async function startSwtpm(options: SwtpmOptions = {}): Promise<Swtpm> {
     }
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
-  return { tcti: `swtpm:path=${socket}`, stop };
+  return { tcti: `swtpm:path=${socket}`, pid: child.pid, stop };
 }

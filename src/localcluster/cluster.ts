@@ -1,0 +1,756 @@
+/**
+ * A confidential cluster on one machine, from real parts: the QEMU-style
+ * metadata API (in this process), one node per control plane and worker
+ * (its own swtpm, file-backed LUKS2 state disk, filesystem root, recording
+ * kubeadm and bootstrapper process, in its own network namespace where the
+ * machine allows), the local Kubernetes API serving the first control
+ * plane's kubeadm PKI, the operator's `cli init` against the first node,
+ * and on every control plane the key service and join service started from
+ * the objects the init created.
+ *
+ * Everything lives under one state directory:
+ *
+ * ```text
+ * cluster.json                  status: phases, processes (by PID), network names
+ * admin.conf                    the admin kubeconfig cli init wrote
+ * attestation-config.json       measurements of the image, the nodes' attestation keys
+ * secrets/                      master secret (cli init's), init secret
+ * logs/<node>.log …             every process's log, cli init's output
+ * local-api/                    the Kubernetes API's objects
+ * nodes/<name>/                 root/ (the node's filesystem), tpm/ (its TPM state), services/
+ * ```
+ *
+ * @module
+ */
+import bcrypt from "bcryptjs";
+import { TpmIssuer } from "../attestation/tpm/issuer.ts";
+import { readPcrs } from "../attestation/tpm/pcr.ts";
+import { silentLogger } from "../log/logger.ts";
+import type { Role } from "../metadata/instance.ts";
+import { type MetadataServer, startMetadataServer } from "../metadata/server.ts";
+import { type ProcessResult, type RunningService, runToExit, startService } from "../os/service_process.ts";
+import { rfc3339 } from "../rfc3339.ts";
+import { createNetwork, type NetworkKind, type NodeNetwork, removeNetwork } from "./network.ts";
+import {
+  bootNodeTpm,
+  BOOTSTRAPPER_LISTENING,
+  bootstrapperArgs,
+  imageMeasurements,
+  type NodeFiles,
+  prepareNode,
+  REPO_ROOT,
+} from "./node.ts";
+import { nextPhase, type NodePhase } from "./phase.ts";
+import {
+  JOIN_SERVICE_NODE_PORT,
+  joinServiceArgs,
+  KEY_SERVICE_PORT,
+  keyServiceArgs,
+  projectServiceConfig,
+  publishClusterInfo,
+  type ServiceArgsOptions,
+  updateAttestationConfig,
+} from "./services.ts";
+import type { ClusterStatus, NodeStatus } from "./status.ts";
+import { writeStatus } from "./status.ts";
+import type { Swtpm } from "./swtpm.ts";
+
+/** The Kubernetes version the local cluster asks for. */
+export const DEFAULT_KUBERNETES_VERSION = "v1.30.2";
+/** How long `up` waits for every node to join. */
+export const DEFAULT_UP_TIMEOUT_MS = 300_000;
+/** The metadata API's port in a netns network (the original's, at the host's .1). */
+const NETNS_METADATA_PORT = 8080;
+/** The init server's port on a node (the original's). */
+const NODE_INIT_PORT = 9000;
+/** The Kubernetes API's port in a netns network. */
+const NETNS_API_PORT = 6443;
+/** A process's "listening" log line with its port (bootstrapper, services, local API). */
+const LISTENING = BOOTSTRAPPER_LISTENING;
+
+/** Options of {@linkcode startLocalCluster}. */
+export interface LocalClusterOptions {
+  /** The state directory (absolute; created; must hold no other cluster). */
+  stateDir: string;
+  /** Control-plane nodes, at least 1. */
+  controlPlanes: number;
+  /** Worker nodes. */
+  workers: number;
+  /** Network namespaces, loopback, or netns when the machine allows ("auto", the default). */
+  network?: NetworkKind | "auto";
+  /** Kubernetes version of the init (default {@linkcode DEFAULT_KUBERNETES_VERSION}). */
+  kubernetesVersion?: string;
+  /** How long to wait for every node to join (default {@linkcode DEFAULT_UP_TIMEOUT_MS}). */
+  timeoutMs?: number;
+  /** Called after every change of the status (phases, processes). */
+  onChange?: (status: ClusterStatus) => void;
+  /** Aborting stops the start-up; the cluster is torn down. */
+  signal?: AbortSignal;
+}
+
+/** Options of {@linkcode LocalCluster.addNode}. */
+export interface AddNodeOptions {
+  /** The role the node claims in the metadata. */
+  role: Role;
+  /** Instance name; default the next `control-plane-<i>` or `worker-<i>`. */
+  name?: string;
+  /** Measure an extra event into PCR 4 at boot: a node whose image differs. */
+  tamperPcr4?: boolean;
+  /** "dummy": the node runs the development variant without a TPM. */
+  variant?: "qemu-vtpm" | "dummy";
+  /** Whether the operator trusts its attestation key (default true). */
+  trusted?: boolean;
+  /** Whether its key is in the control-plane list (default: it claims the control-plane role). */
+  controlPlaneKey?: boolean;
+}
+
+/** A node of the local cluster. */
+export interface LocalNode {
+  readonly name: string;
+  readonly role: Role;
+  readonly files: NodeFiles;
+  readonly network: NodeNetwork;
+  /** Its TPM now (a new swtpm after {@linkcode LocalNode.reboot}, on the same state). */
+  readonly tpm: Swtpm;
+  /** Its attestation key's digest (undefined for a dummy node). */
+  readonly akDigest?: string;
+  /** Its bootstrapper process, while one was started. */
+  readonly bootstrapper?: RunningService;
+  /** Its status entry (phase, endpoints). */
+  readonly status: NodeStatus;
+  /** PCR 15 of its TPM. */
+  pcr15(): Promise<Uint8Array>;
+  /**
+   * Reboots the node: stops its bootstrapper, restarts its swtpm on the same
+   * state (PCRs reset, same keys), runs `bootstrapper rejoin` to its end (as
+   * the rejoin unit does before the bootstrapper), then starts the
+   * bootstrapper again. Resolves to the rejoin run.
+   */
+  reboot(): Promise<ProcessResult>;
+}
+
+/** A running local cluster. */
+export interface LocalCluster extends AsyncDisposable {
+  /** The live status (also in `<stateDir>/cluster.json`). */
+  readonly status: ClusterStatus;
+  /** Files the operator uses. */
+  readonly paths: ClusterPaths;
+  /** The metadata API. */
+  readonly metadata: MetadataServer;
+  /** The operator's attestation config (JSON), as the join services have it now. */
+  readonly attestationConfig: string;
+  /** The node `name`. */
+  node(name: string): LocalNode;
+  /** Every node, in creation order. */
+  nodes(): LocalNode[];
+  /**
+   * Adds a node and starts its bootstrapper; with `trusted` (default) its
+   * attestation key is first added to the attestation config and the join
+   * services have reloaded it.
+   */
+  addNode(options: AddNodeOptions): Promise<LocalNode>;
+  /** Resolves when the node is in one of `phases` (rejects after `timeoutMs`, default 60 s). */
+  waitForPhase(name: string, phases: NodePhase[], timeoutMs?: number): Promise<NodeStatus>;
+  /** Stops the key and join services of control plane `name` (`signal` default SIGTERM). */
+  stopServices(name: string, signal?: Deno.Signal): Promise<void>;
+  /** Starts the key and join services of control plane `name` (after the init or its join). */
+  startServices(name: string): Promise<void>;
+  /** Stops everything and removes the network; the state directory stays. */
+  close(): Promise<void>;
+}
+
+/** Files of a local cluster the operator uses. */
+export interface ClusterPaths {
+  stateDir: string;
+  adminConf: string;
+  masterSecret: string;
+  initSecret: string;
+  attestationConfig: string;
+  logs: string;
+}
+
+/** The files under `stateDir`. */
+export function clusterPaths(stateDir: string): ClusterPaths {
+  return {
+    stateDir,
+    adminConf: `${stateDir}/admin.conf`,
+    masterSecret: `${stateDir}/secrets/master-secret.json`,
+    initSecret: `${stateDir}/secrets/init-secret`,
+    attestationConfig: `${stateDir}/attestation-config.json`,
+    logs: `${stateDir}/logs`,
+  };
+}
+
+/** The attestation config the operator writes: the image's measurements, the nodes' keys. */
+interface AttestationConfigFile {
+  variant: "qemu-vtpm";
+  measurements: Record<string, { expected: string; warnOnly: boolean }>;
+  akTrust: { allowedKeyDigests: string[]; controlPlaneKeyDigests: string[] };
+}
+
+interface NodeRecord {
+  name: string;
+  role: Role;
+  files: NodeFiles;
+  network: NodeNetwork;
+  tpm: Swtpm;
+  akDigest?: string;
+  variant: "qemu-vtpm" | "dummy";
+  tamperPcr4: boolean;
+  bootstrapper?: RunningService;
+  services: RunningService[];
+  status: NodeStatus;
+}
+
+/**
+ * Starts a local cluster and resolves once every node joined. On failure
+ * (a node failed, the timeout, an abort) the cluster is torn down, the
+ * status says why, and the promise rejects.
+ */
+export async function startLocalCluster(options: LocalClusterOptions): Promise<LocalCluster> {
+  const cluster = new Cluster(options);
+  const onAbort = () => cluster.close("stopped");
+  options.signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    await cluster.up();
+  } catch (error) {
+    if (!options.signal?.aborted) {
+      cluster.status.state = "failed";
+      cluster.status.reason = error instanceof Error ? error.message : String(error);
+    }
+    await cluster.close(options.signal?.aborted ? "stopped" : "failed");
+    throw error;
+  } finally {
+    options.signal?.removeEventListener("abort", onAbort);
+  }
+  return cluster;
+}
+
+class Cluster implements LocalCluster {
+  readonly status: ClusterStatus;
+  readonly paths: ClusterPaths;
+  #options: LocalClusterOptions;
+  #metadata?: MetadataServer;
+  #network?: Awaited<ReturnType<typeof createNetwork>>;
+  #nodes = new Map<string, NodeRecord>();
+  #others: RunningService[] = [];
+  #config?: AttestationConfigFile;
+  #apiEndpoint = "";
+  #joinServicePort = JOIN_SERVICE_NODE_PORT;
+  #logFiles = new Map<string, Deno.FsFile>();
+  #watchers = new Set<() => void>();
+  #saving = Promise.resolve();
+  #closed = false;
+  #closing?: Promise<void>;
+
+  constructor(options: LocalClusterOptions) {
+    this.#options = options;
+    this.paths = clusterPaths(options.stateDir);
+    this.status = {
+      state: "starting",
+      stateDir: options.stateDir,
+      supervisorPid: Deno.pid,
+      network: { kind: "loopback", hostAddress: "", bridge: "", namespaces: [] },
+      startedAt: rfc3339(Date.now()),
+      kubeconfig: this.paths.adminConf,
+      logs: this.paths.logs,
+      nodes: [],
+      processes: [],
+    };
+  }
+
+  get metadata(): MetadataServer {
+    return this.#metadata!;
+  }
+
+  get attestationConfig(): string {
+    return JSON.stringify(this.#config);
+  }
+
+  async up(): Promise<void> {
+    const { stateDir, signal } = this.#options;
+    const started = Date.now();
+    await Deno.mkdir(`${stateDir}/secrets`, { recursive: true, mode: 0o700 });
+    await Deno.mkdir(this.paths.logs, { recursive: true });
+    await this.#changed();
+
+    this.#network = await createNetwork({
+      kind: this.#options.network ?? "auto",
+      onNames: async (names) => {
+        this.status.network = { ...this.status.network, ...names, namespaces: [...names.namespaces] };
+        await this.#changed();
+      },
+    });
+    const network = this.#network;
+    this.status.network = { kind: network.kind, hostAddress: network.hostAddress, ...network.names };
+    const netns = network.kind === "netns";
+
+    const initSecret = crypto.getRandomValues(new Uint8Array(24)).toBase64();
+    await Deno.writeTextFile(this.paths.initSecret, `${initSecret}\n`, { mode: 0o600 });
+    this.#metadata = await startMetadataServer({
+      hostname: network.hostAddress,
+      port: netns ? NETNS_METADATA_PORT : 0,
+      initSecretHash: bcrypt.hashSync(initSecret, 10),
+    });
+    if (!netns) this.#joinServicePort = freePort();
+    signal?.throwIfAborted();
+
+    const roles: Role[] = [
+      ...Array<Role>(this.#options.controlPlanes).fill("ControlPlane"),
+      ...Array<Role>(this.#options.workers).fill("Worker"),
+    ];
+    const initial = await Promise.all(roles.map((role) => this.#createNode({ role })));
+    const first = initial[0];
+    signal?.throwIfAborted();
+
+    const api = await this.#spawn("local-api", [], [
+      "run",
+      "-P=local-api",
+      "--no-prompt",
+      `--allow-read=${first.files.root}/etc/kubernetes,${stateDir}/local-api`,
+      `--allow-write=${stateDir}/local-api`,
+      `${REPO_ROOT}src/localapi/main.ts`,
+      ...["--pki-dir", `${first.files.root}/etc/kubernetes/pki`, "--state-dir", `${stateDir}/local-api`],
+      ...["--listen-address", network.hostAddress, "--port", String(netns ? NETNS_API_PORT : 0)],
+    ]);
+    this.#others.push(api);
+    this.#apiEndpoint = `${network.hostAddress}:${api.port}`;
+    this.status.apiServer = `https://${this.#apiEndpoint}`;
+    this.#metadata.setEndpoint(this.#apiEndpoint);
+
+    this.#config = {
+      variant: "qemu-vtpm",
+      measurements: await imageMeasurements(first.tpm),
+      akTrust: {
+        allowedKeyDigests: initial.map((node) => node.akDigest!),
+        controlPlaneKeyDigests: initial.filter((node) => node.role === "ControlPlane").map((n) =>
+          n.akDigest!
+        ),
+      },
+    };
+    await Deno.writeTextFile(this.paths.attestationConfig, JSON.stringify(this.#config, null, 2) + "\n");
+
+    await Promise.all(initial.map((node) => this.#startBootstrapper(node)));
+    signal?.throwIfAborted();
+    await this.#init(first);
+    await this.startServices(first.name);
+
+    // Control planes serve joins too, once they have joined.
+    for (const node of initial.slice(1).filter((node) => node.role === "ControlPlane")) {
+      this.waitForPhase(node.name, ["joined"], this.#timeoutMs()).then(
+        () => netns && !this.#closed ? this.startServices(node.name) : undefined,
+      ).catch(() => {});
+    }
+    await Promise.all(
+      initial.map((node) => this.waitForPhase(node.name, ["joined"], this.#timeoutMs(started))),
+    );
+    this.status.state = "running";
+    this.status.readyAt = rfc3339(Date.now());
+    this.status.upSeconds = Math.round((Date.now() - started) / 100) / 10;
+    await this.#changed();
+  }
+
+  node(name: string): LocalNode {
+    const record = this.#nodes.get(name);
+    if (record === undefined) throw new Error(`no node "${name}" in this cluster`);
+    return this.#view(record);
+  }
+
+  nodes(): LocalNode[] {
+    return [...this.#nodes.values()].map((record) => this.#view(record));
+  }
+
+  async addNode(options: AddNodeOptions): Promise<LocalNode> {
+    const record = await this.#createNode(options);
+    if (options.trusted ?? true) {
+      if (record.akDigest === undefined) throw new Error("a dummy node has no attestation key to trust");
+      const trust = this.#config!.akTrust;
+      trust.allowedKeyDigests.push(record.akDigest);
+      if (options.controlPlaneKey ?? options.role === "ControlPlane") {
+        trust.controlPlaneKeyDigests.push(record.akDigest);
+      }
+      await Deno.writeTextFile(this.paths.attestationConfig, JSON.stringify(this.#config, null, 2) + "\n");
+      await updateAttestationConfig(this.paths.adminConf, this.attestationConfig);
+      for (const node of this.#nodes.values()) {
+        const joinService = node.services[1];
+        if (joinService === undefined) continue;
+        const reloads = countLines(joinService, ATTESTATION_CONFIG_LOADED);
+        await projectServiceConfig(this.paths.adminConf, servicesDir(node));
+        await waitForCount(joinService, ATTESTATION_CONFIG_LOADED, reloads + 1);
+      }
+    }
+    await this.#startBootstrapper(record);
+    return this.#view(record);
+  }
+
+  waitForPhase(name: string, phases: NodePhase[], timeoutMs = 60_000): Promise<NodeStatus> {
+    const record = this.#nodes.get(name);
+    if (record === undefined) return Promise.reject(new Error(`no node "${name}" in this cluster`));
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        if (phases.includes(record.status.phase)) {
+          finish();
+          resolve(record.status);
+        } else if (record.status.phase === "failed" || this.#closed) {
+          finish();
+          reject(
+            new Error(`node ${name} ${this.#closed ? "stopped" : "failed"}: ${record.status.reason ?? ""}`),
+          );
+        }
+      };
+      const timer = setTimeout(() => {
+        finish();
+        reject(
+          new Error(
+            `node ${name} not ${phases.join(" or ")} within ${
+              Math.round(timeoutMs / 1000)
+            } s: ${record.status.phase}${
+              record.status.reason ? ` (${record.status.reason})` : ""
+            }; see ${record.status.log}`,
+          ),
+        );
+      }, timeoutMs);
+      const finish = () => {
+        clearTimeout(timer);
+        this.#watchers.delete(check);
+      };
+      this.#watchers.add(check);
+      check();
+    });
+  }
+
+  async startServices(name: string): Promise<void> {
+    const node = this.#nodes.get(name)!;
+    if (node.services.length > 0) throw new Error(`the services of ${name} run already`);
+    const configDir = servicesDir(node);
+    await projectServiceConfig(this.paths.adminConf, configDir);
+    const netns = this.#network!.kind === "netns";
+    const options: ServiceArgsOptions = {
+      repoRoot: REPO_ROOT,
+      configDir,
+      kubernetesDir: `${node.files.root}/etc/kubernetes`,
+      bindAddress: node.network.bindAddress,
+      joinServicePort: this.#joinServicePort,
+      keyServiceEndpoint: "",
+      apiServerEndpoint: this.#apiEndpoint,
+    };
+    const keyService = await this.#spawn(
+      `${name}/key-service`,
+      node.network.commandPrefix,
+      keyServiceArgs(options, netns ? KEY_SERVICE_PORT : 0),
+    );
+    node.services.push(keyService);
+    const joinService = await this.#spawn(
+      `${name}/join-service`,
+      node.network.commandPrefix,
+      joinServiceArgs({ ...options, keyServiceEndpoint: `127.0.0.1:${keyService.port}` }),
+    );
+    node.services.push(joinService);
+    node.status.joinServiceEndpoint = `${node.network.reachableAddress}:${joinService.port}`;
+    await this.#changed();
+  }
+
+  async stopServices(name: string, signal: Deno.Signal = "SIGTERM"): Promise<void> {
+    const node = this.#nodes.get(name)!;
+    for (const service of node.services.reverse()) await service.stop(signal);
+    node.services = [];
+    delete node.status.joinServiceEndpoint;
+    await this.#changed();
+  }
+
+  close(state: "stopped" | "failed" = "stopped"): Promise<void> {
+    this.#closing ??= this.#teardown(state);
+    return this.#closing;
+  }
+
+  async #teardown(state: "stopped" | "failed"): Promise<void> {
+    this.#closed = true;
+    this.status.state = "stopping";
+    await this.#changed();
+    for (const watcher of [...this.#watchers]) watcher();
+    const processes = [
+      ...[...this.#nodes.values()].flatMap((node) => [...node.services, node.bootstrapper]),
+      ...this.#others,
+    ];
+    await Promise.all(processes.map((process) => process?.stop()));
+    await Promise.all([...this.#nodes.values()].map((node) => node.tpm.stop()));
+    await this.#metadata?.[Symbol.asyncDispose]();
+    if (this.#network?.kind === "netns") await removeNetwork(this.#network.names);
+    for (const file of this.#logFiles.values()) file.close();
+    this.#logFiles.clear();
+    this.status.state = state;
+    this.status.processes = [];
+    await this.#changed();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #timeoutMs(since = Date.now()): number {
+    return Math.max(1, (this.#options.timeoutMs ?? DEFAULT_UP_TIMEOUT_MS) - (Date.now() - since));
+  }
+
+  /** Prepares a node (root, disk, TPM, network, metadata entry) without starting it. */
+  async #createNode(options: AddNodeOptions): Promise<NodeRecord> {
+    const index = this.#nodes.size;
+    const prefix = options.role === "ControlPlane" ? "control-plane" : "worker";
+    const name = options.name ??
+      `${prefix}-${[...this.#nodes.values()].filter((n) => n.role === options.role).length}`;
+    if (this.#nodes.has(name)) throw new Error(`a node "${name}" exists already`);
+    const status: NodeStatus = {
+      name,
+      role: options.role,
+      address: "",
+      phase: "starting",
+      log: `${this.paths.logs}/${name}.log`,
+    };
+    this.status.nodes.push(status);
+    const placeholder = { name, role: options.role, status, services: [] } as unknown as NodeRecord;
+    this.#nodes.set(name, placeholder);
+    const network = await this.#network!.addNode(index);
+    status.address = network.address;
+    const files = await prepareNode({ dir: `${this.#options.stateDir}/nodes`, name });
+    const tpm = await bootNodeTpm(files, { tamperPcr4: options.tamperPcr4 });
+    if (this.#closed) {
+      await tpm.stop();
+      throw new Error("the cluster was stopped");
+    }
+    this.#track(`${name}/swtpm`, tpm.pid);
+    const variant = options.variant ?? "qemu-vtpm";
+    const record: NodeRecord = Object.assign(placeholder, {
+      files,
+      network,
+      tpm,
+      variant,
+      tamperPcr4: options.tamperPcr4 ?? false,
+      akDigest: variant === "dummy" ? undefined : await attestationKeyDigest(tpm),
+    });
+    this.#metadata!.setInstance({ name, role: options.role, vpcIp: network.address });
+    await this.#changed();
+    return record;
+  }
+
+  async #startBootstrapper(node: NodeRecord, flags: string[] = []): Promise<void> {
+    const netns = this.#network!.kind === "netns";
+    const args = bootstrapperArgs(node.files, {
+      tpm: node.tpm,
+      metadataUrl: netns ? this.#metadata!.url : this.#metadata!.nodeUrl(node.name),
+      listenAddress: node.network.bindAddress,
+      variant: node.variant,
+      flags: [
+        ...flags,
+        ...["--port", String(netns ? NODE_INIT_PORT : 0)],
+        ...["--join-service-port", String(this.#joinServicePort)],
+      ],
+    });
+    const process = await this.#spawn(`${node.name}/bootstrapper`, node.network.commandPrefix, args, {
+      log: node.status.log,
+      onLine: (line) => {
+        const next = nextPhase(node.status, line);
+        if (next.phase !== node.status.phase || next.reason !== node.status.reason) {
+          node.status.phase = next.phase;
+          if (next.reason === undefined) delete node.status.reason;
+          else node.status.reason = next.reason;
+          this.#changed();
+        }
+      },
+    });
+    node.bootstrapper = process;
+    node.status.initEndpoint = `${node.network.reachableAddress}:${process.port}`;
+    process.status.then((status) => {
+      if (node.bootstrapper !== process) return;
+      delete node.status.initEndpoint;
+      if (status.code !== 0 && !this.#closed && node.status.phase !== "joined") {
+        node.status.phase = "failed";
+        node.status.reason ??= `bootstrapper exited with status ${status.code}`;
+      }
+      this.#changed();
+    });
+    await this.#changed();
+  }
+
+  /** Runs the operator's `cli init` against the first node. */
+  async #init(first: NodeRecord): Promise<void> {
+    const log = `${this.paths.logs}/cli-init.log`;
+    const result = await this.#run([], [
+      "run",
+      "-P=cli",
+      "--no-prompt",
+      `${REPO_ROOT}src/cli/main.ts`,
+      "init",
+      ...["--node", first.status.initEndpoint!, "--attestation-config", this.paths.attestationConfig],
+      ...["--master-secret", this.paths.masterSecret, "--init-secret-file", this.paths.initSecret],
+      ...["--kubernetes-version", this.#options.kubernetesVersion ?? DEFAULT_KUBERNETES_VERSION],
+      ...["--cluster-name", "local", "--kubeconfig-out", this.paths.adminConf],
+      ...["--logs-out", `${this.paths.logs}/init-node.log`, "--timeout", "60"],
+    ], log);
+    if (result.code !== 0) {
+      throw new Error(
+        `cli init failed: ${result.stderrLines.at(-1) ?? `status ${result.code}`} (see ${log})`,
+      );
+    }
+    const clusterId = result.stdoutLines.join("\n").match(/[0-9a-f]{64}/);
+    if (clusterId !== null) this.status.clusterId = clusterId[0];
+    await publishClusterInfo({
+      adminConf: this.paths.adminConf,
+      endpoint: this.#apiEndpoint,
+      caPem: await Deno.readTextFile(`${first.files.root}/etc/kubernetes/pki/ca.crt`),
+    });
+    await this.#changed();
+  }
+
+  async #spawn(
+    name: string,
+    prefix: readonly string[],
+    args: string[],
+    options: { log?: string; onLine?: (line: string) => void } = {},
+  ): Promise<RunningService> {
+    const log = this.#logFile(options.log ?? `${this.paths.logs}/${name.replace("/", "-")}.log`);
+    const [cmd, ...rest] = [...prefix, Deno.execPath(), ...args];
+    const process = await startService(cmd, rest, {
+      readyMatch: LISTENING,
+      cwd: REPO_ROOT,
+      timeoutMs: 60_000,
+      onLine: (line) => {
+        log(line);
+        options.onLine?.(line);
+      },
+    });
+    if (this.#closed) {
+      await process.stop("SIGKILL");
+      throw new Error("the cluster was stopped");
+    }
+    this.#track(name, process.pid);
+    process.status.then(() => this.#untrack(process.pid));
+    return process;
+  }
+
+  /** Runs a process to its end, its output appended to `logPath`. */
+  async #run(prefix: readonly string[], args: string[], logPath: string): Promise<ProcessResult> {
+    const log = this.#logFile(logPath);
+    const [cmd, ...rest] = [...prefix, Deno.execPath(), ...args];
+    const result = await runToExit(cmd, rest, { cwd: REPO_ROOT, timeoutMs: this.#timeoutMs() });
+    for (const line of [...result.stdoutLines, ...result.stderrLines]) log(line);
+    return result;
+  }
+
+  #logFile(path: string): (line: string) => void {
+    let file = this.#logFiles.get(path);
+    if (file === undefined) {
+      file = Deno.openSync(path, { append: true, create: true });
+      this.#logFiles.set(path, file);
+    }
+    const encoder = new TextEncoder();
+    return (line) => {
+      if (!this.#closed) file.writeSync(encoder.encode(`${line}\n`));
+    };
+  }
+
+  #track(name: string, pid: number): void {
+    this.status.processes.push({ name, pid });
+    this.#changed();
+  }
+
+  #untrack(pid: number): void {
+    this.status.processes = this.status.processes.filter((record) => record.pid !== pid);
+    this.#changed();
+  }
+
+  /** Saves the status (in order, one write at a time) and tells the watchers. */
+  #changed(): Promise<void> {
+    for (const watcher of [...this.#watchers]) watcher();
+    this.#options.onChange?.(this.status);
+    const snapshot = structuredClone(this.status);
+    this.#saving = this.#saving.then(() => writeStatus(snapshot)).catch(() => {});
+    return this.#saving;
+  }
+
+  #view(record: NodeRecord): LocalNode {
+    // deno-lint-ignore no-this-alias
+    const cluster = this;
+    return {
+      name: record.name,
+      role: record.role,
+      files: record.files,
+      network: record.network,
+      get tpm() {
+        return record.tpm;
+      },
+      akDigest: record.akDigest,
+      get bootstrapper() {
+        return record.bootstrapper;
+      },
+      status: record.status,
+      async pcr15() {
+        return (await readPcrs({ tcti: record.tpm.tcti }, [15])).get(15)!;
+      },
+      async reboot() {
+        await record.bootstrapper?.stop("SIGKILL");
+        record.bootstrapper = undefined;
+        await record.tpm.stop();
+        cluster.#untrack(record.tpm.pid);
+        record.tpm = await bootNodeTpm(record.files, { tamperPcr4: record.tamperPcr4 });
+        cluster.#track(`${record.name}/swtpm`, record.tpm.pid);
+        record.status.phase = "starting";
+        delete record.status.reason;
+        const netns = cluster.#network!.kind === "netns";
+        const rejoin = await cluster.#run(
+          record.network.commandPrefix,
+          bootstrapperArgs(record.files, {
+            tpm: record.tpm,
+            metadataUrl: netns ? cluster.#metadata!.url : cluster.#metadata!.nodeUrl(record.name),
+            listenAddress: record.network.bindAddress,
+            variant: record.variant,
+            flags: ["rejoin", "--join-service-port", String(cluster.#joinServicePort)],
+          }),
+          record.status.log,
+        );
+        for (const line of rejoin.stderrLines) {
+          const next = nextPhase(record.status, line);
+          record.status.phase = next.phase;
+          record.status.reason = next.reason;
+        }
+        await cluster.#startBootstrapper(record);
+        return rejoin;
+      },
+    };
+  }
+}
+
+/** The join service's log line when it (re)loaded the attestation config. */
+const ATTESTATION_CONFIG_LOADED = /attestation config (loaded|reloaded)/;
+
+function countLines(process: RunningService, match: RegExp): number {
+  return process.stderrLines.filter((line) => match.test(line)).length;
+}
+
+async function waitForCount(process: RunningService, match: RegExp, count: number): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (countLines(process, match) < count) {
+    if (Date.now() > deadline) throw new Error(`the join service did not reload its attestation config`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+function servicesDir(node: NodeRecord): string {
+  return `${node.files.home}/services/config`;
+}
+
+/** The digest of the node's attestation key, as the operator collects it for the config. */
+async function attestationKeyDigest(tpm: Swtpm): Promise<string> {
+  const issuer = await TpmIssuer.create({ tcti: tpm.tcti, logger: silentLogger });
+  try {
+    return issuer.keyDigest;
+  } finally {
+    await issuer.close();
+  }
+}
+
+/** A TCP port free right now on 127.0.0.1. */
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}

@@ -1,0 +1,148 @@
+/**
+ * `deno task cluster up|down|status`: a confidential cluster on this
+ * machine ({@linkcode startLocalCluster}), the project's main job
+ * (`npm start` is `cluster up`).
+ *
+ * `up` shows each node's phase while the cluster comes up, then the summary,
+ * and stays in the foreground: Ctrl-C (or SIGTERM, e.g. from `cluster down`)
+ * stops everything it started. `status` reads the state directory's status
+ * file; `down` stops what it lists by PID (also after `up` crashed) and
+ * removes the network namespaces.
+ *
+ * Permissions: the `cluster` permission set of deno.json (the state
+ * directory under `.dev/` or `/tmp`; `ip` for namespaces, swtpm, cryptsetup
+ * and tpm2-tools for the nodes, deno for every component under its own set).
+ *
+ * @module
+ */
+import { commandLine } from "../flags/flags.ts";
+import { resolve } from "node:path";
+import { startLocalCluster } from "./cluster.ts";
+import { CLUSTER_USAGE, type ClusterCommand, parseClusterArgs } from "./flags.ts";
+import { isClusterProcess, readStatus, STATUS_FILE, stopCluster } from "./status.ts";
+import { createLiveView, nodeTable, summary } from "./view.ts";
+
+const encoder = new TextEncoder();
+const print = (text: string) => Deno.stdout.writeSync(encoder.encode(text));
+const printError = (text: string) => Deno.stderr.writeSync(encoder.encode(`cluster: ${text}\n`));
+
+/** Runs the command line `args`; resolves to the exit status. */
+export async function main(args: string[]): Promise<number> {
+  const command = commandLine(args, { component: "cluster", usage: CLUSTER_USAGE, parse: parseClusterArgs });
+  if (typeof command === "number") return command;
+  const stateDir = resolve(command.stateDir);
+  try {
+    switch (command.command) {
+      case "up":
+        return await up(command, stateDir);
+      case "status":
+        return await status(stateDir, command.output);
+      case "down":
+        return await down(stateDir);
+    }
+  } catch (error) {
+    printError(error instanceof Error ? error.message : String(error));
+    return 1;
+  }
+}
+
+async function up(command: Extract<ClusterCommand, { command: "up" }>, stateDir: string): Promise<number> {
+  const previous = await readStatus(stateDir);
+  if (previous !== undefined) {
+    if (await isClusterProcess(previous.supervisorPid, stateDir) && previous.supervisorPid !== Deno.pid) {
+      throw new Error(
+        `a cluster runs in ${stateDir} (cluster up is PID ${previous.supervisorPid}): cluster down first`,
+      );
+    }
+    await stopCluster(previous); // leftovers of a crashed run
+    await Deno.remove(stateDir, { recursive: true });
+    print(`Removed the previous (stopped) cluster's state in ${stateDir}.\n`);
+  } else if (await isNonEmptyDirectory(stateDir)) {
+    throw new Error(
+      `${stateDir} is not empty and holds no cluster (${STATUS_FILE}): choose another --state-dir`,
+    );
+  }
+
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  Deno.addSignalListener("SIGINT", onSignal);
+  Deno.addSignalListener("SIGTERM", onSignal);
+  const view = createLiveView();
+  print(
+    `Starting ${command.controlPlanes} control plane(s) and ${command.workers} worker(s) in ${stateDir} …\n`,
+  );
+  try {
+    let cluster;
+    try {
+      cluster = await startLocalCluster({
+        stateDir,
+        controlPlanes: command.controlPlanes,
+        workers: command.workers,
+        network: command.network,
+        timeoutMs: command.timeoutMs,
+        onChange: (status) => view.update(status),
+        signal: stop.signal,
+      });
+    } catch (error) {
+      view.done();
+      const status = await readStatus(stateDir);
+      if (status !== undefined) print(`\n${summary(status, Deno.cwd())}`);
+      printError(
+        stop.signal.aborted ? "stopped before the cluster was up" : (error as Error).message,
+      );
+      return 1;
+    }
+    view.done();
+    print(`\n${summary(cluster.status, Deno.cwd())}`);
+    await new Promise((resolve) => stop.signal.addEventListener("abort", resolve, { once: true }));
+    print("Stopping the cluster …\n");
+    await cluster.close();
+    print("Stopped. The state (logs, kubeconfig, secrets) stays in " + stateDir + ".\n");
+    return 0;
+  } finally {
+    Deno.removeSignalListener("SIGINT", onSignal);
+    Deno.removeSignalListener("SIGTERM", onSignal);
+  }
+}
+
+async function status(stateDir: string, output: "table" | "json"): Promise<number> {
+  const status = await readStatus(stateDir);
+  if (status === undefined) {
+    throw new Error(`no cluster in ${stateDir} (start one with: deno task cluster up)`);
+  }
+  const supervisorAlive = await isClusterProcess(status.supervisorPid, stateDir);
+  if (!supervisorAlive && (status.state === "running" || status.state === "starting")) {
+    status.state = "failed";
+    status.reason = `cluster up (PID ${status.supervisorPid}) is gone; run cluster down to clean up`;
+  }
+  if (output === "json") {
+    print(JSON.stringify(status, null, 2) + "\n");
+  } else {
+    print(`${nodeTable(status.nodes).join("\n")}\n\n${summary(status, Deno.cwd())}`);
+  }
+  return status.state === "running" ? 0 : 1;
+}
+
+async function down(stateDir: string): Promise<number> {
+  const status = await readStatus(stateDir);
+  if (status === undefined) throw new Error(`no cluster in ${stateDir}`);
+  const stopped = await stopCluster(status);
+  print(
+    `Stopped ${stopped.length} process(es)${
+      status.network.kind === "netns" ? ", removed the network" : ""
+    }.\n`,
+  );
+  return 0;
+}
+
+async function isNonEmptyDirectory(path: string): Promise<boolean> {
+  try {
+    for await (const _ of Deno.readDir(path)) return true;
+    return false;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return false;
+    throw error;
+  }
+}
+
+if (import.meta.main) Deno.exit(await main(Deno.args));

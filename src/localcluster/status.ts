@@ -1,0 +1,139 @@
+/**
+ * The local cluster's status file, `<state-dir>/cluster.json`: what `cluster
+ * up` started (every process by PID, the network's names), each node's
+ * phase, and where the kubeconfig and logs are. `cluster up` rewrites it
+ * (atomically) on every change; `cluster status` reads it; `cluster down`
+ * stops what it lists ({@linkcode stopCluster}), also after `up` crashed.
+ *
+ * @module
+ */
+import { writeFileAtomic } from "../fs/atomic_write.ts";
+import { commandLineOf, signalProcess } from "../os/processes.ts";
+import type { NetworkKind, NetworkNames } from "./network.ts";
+import { removeNetwork } from "./network.ts";
+import type { PhaseState } from "./phase.ts";
+
+/** The status file's name in the state directory. */
+export const STATUS_FILE = "cluster.json";
+
+/** Where the cluster as a whole is. */
+export type ClusterState = "starting" | "running" | "failed" | "stopping" | "stopped";
+
+/** A node as the status shows it. */
+export interface NodeStatus extends PhaseState {
+  name: string;
+  role: "ControlPlane" | "Worker";
+  /** Its address in the cluster network. */
+  address: string;
+  /** `host:port` of its init server (and attestation RPC), as the host reaches it, once it listens. */
+  initEndpoint?: string;
+  /** `host:port` of its join service, when it runs one. */
+  joinServiceEndpoint?: string;
+  /** Its bootstrapper's log file. */
+  log: string;
+}
+
+/** A process the cluster started. */
+export interface ProcessRecord {
+  /** What it is, e.g. "worker-1/bootstrapper", "local-api". */
+  name: string;
+  pid: number;
+}
+
+/** The content of the status file. */
+export interface ClusterStatus {
+  state: ClusterState;
+  /** Why the cluster failed, when it did. */
+  reason?: string;
+  /** The state directory (absolute). */
+  stateDir: string;
+  /** The PID of `cluster up`. */
+  supervisorPid: number;
+  network: { kind: NetworkKind; hostAddress: string } & NetworkNames;
+  /** When `up` started and when every node had joined (RFC 3339). */
+  startedAt: string;
+  readyAt?: string;
+  /** Seconds from start to every node joined. */
+  upSeconds?: number;
+  /** `https://host:port` of the Kubernetes API. */
+  apiServer?: string;
+  /** The cluster ID (hex) from the init. */
+  clusterId?: string;
+  /** The admin kubeconfig, once the init wrote it. */
+  kubeconfig: string;
+  /** The logs directory. */
+  logs: string;
+  nodes: NodeStatus[];
+  /** Every process started and not yet seen to exit. */
+  processes: ProcessRecord[];
+}
+
+/** Reads `<stateDir>/cluster.json`; undefined when there is none. */
+export async function readStatus(stateDir: string): Promise<ClusterStatus | undefined> {
+  let text;
+  try {
+    text = await Deno.readTextFile(`${stateDir}/${STATUS_FILE}`);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return undefined;
+    throw error;
+  }
+  try {
+    return JSON.parse(text) as ClusterStatus;
+  } catch {
+    throw new Error(
+      `${stateDir}/${STATUS_FILE} is not a cluster status file (not JSON); remove the directory`,
+    );
+  }
+}
+
+/** Writes the status file atomically. */
+export async function writeStatus(status: ClusterStatus): Promise<void> {
+  await writeFileAtomic(`${status.stateDir}/${STATUS_FILE}`, JSON.stringify(status, null, 2) + "\n", {
+    mode: 0o644,
+  });
+}
+
+/** What the command line of `cluster up` holds (it may not name the state directory: the default). */
+const SUPERVISOR_MARK = "localcluster/main.ts";
+
+/**
+ * Whether `pid` is a live process of this cluster: it exists and its command
+ * line names the state directory, or is `cluster up`'s (a reused PID of
+ * another program is neither).
+ */
+export async function isClusterProcess(pid: number, stateDir: string): Promise<boolean> {
+  const commandLine = await commandLineOf(pid);
+  return commandLine !== undefined &&
+    (commandLine.includes(stateDir) || commandLine.includes(SUPERVISOR_MARK));
+}
+
+/** How long processes get to exit after SIGTERM before SIGKILL. */
+const STOP_GRACE_MS = 5_000;
+
+/**
+ * Stops everything `status` lists: `cluster up` first (so it starts nothing
+ * more), then every process (SIGTERM, SIGKILL after {@linkcode STOP_GRACE_MS}),
+ * then the network. Resolves to the processes that were still running.
+ */
+export async function stopCluster(status: ClusterStatus): Promise<ProcessRecord[]> {
+  const records = [{ name: "cluster up", pid: status.supervisorPid }, ...status.processes];
+  const running: ProcessRecord[] = [];
+  for (const record of records) {
+    if (record.pid !== Deno.pid && await isClusterProcess(record.pid, status.stateDir)) running.push(record);
+  }
+  for (const record of running) await signalProcess(record.pid, "SIGTERM");
+  const deadline = Date.now() + STOP_GRACE_MS;
+  let left = running;
+  while (left.length > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    left = await filterAsync(left, (record) => isClusterProcess(record.pid, status.stateDir));
+  }
+  for (const record of left) await signalProcess(record.pid, "SIGKILL");
+  if (status.network.kind === "netns") await removeNetwork(status.network);
+  return running;
+}
+
+async function filterAsync<T>(items: T[], keep: (item: T) => Promise<boolean>): Promise<T[]> {
+  const kept = await Promise.all(items.map(keep));
+  return items.filter((_, i) => kept[i]);
+}
