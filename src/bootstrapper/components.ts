@@ -31,6 +31,7 @@
  */
 import { createHash } from "node:crypto";
 import type { Component } from "../gen/components/components_pb.ts";
+import { isComponentHash, isComponentInstallPath } from "../joinservice/components.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 import { errorFields, systemTimers, type Timers } from "./retry.ts";
@@ -114,10 +115,10 @@ export class ComponentInstaller {
     const fail = (reason: ComponentFailure, why: string, cause?: unknown): never => {
       throw new ComponentError(reason, `installing kubernetes component from URL ${url}: ${why}`, { cause });
     };
-    const expected = /^sha256:([0-9a-f]{64})$/.exec(component.hash)?.[1];
-    if (!expected) {
+    if (!isComponentHash(component.hash)) {
       fail("invalid-component", `hash ${JSON.stringify(component.hash)} is not sha256:<64 lower-case hex>`);
     }
+    const expected = component.hash.slice("sha256:".length);
     if (!/^(https?|data):/.test(component.url)) {
       fail("invalid-component", "the URL is not https, http or data");
     }
@@ -140,7 +141,7 @@ export class ComponentInstaller {
 
   /** The install path under the root; absolute, without `..`. */
   #placed(installPath: string, fail: (reason: ComponentFailure, why: string) => never): string {
-    if (!installPath.startsWith("/") || installPath.split("/").includes("..") || installPath === "/") {
+    if (!isComponentInstallPath(installPath)) {
       fail(
         "invalid-component",
         `install path ${JSON.stringify(installPath)} is not an absolute path without ".."`,

@@ -11,7 +11,7 @@ import { ReasonError } from "../reason_error.ts";
 export type CliFailure =
   | "config" // the attestation config is unreadable or invalid
   | "master-secret" // the master secret file is malformed, unreadable or cannot be created
-  | "input" // another input file (init secret) is unusable
+  | "input" // another input file (init secret, Kubernetes components) is unusable
   | "output" // an output file cannot be written (or already exists)
   | "unreachable" // the node did not answer before the deadline
   | "attestation" // the node's attestation was rejected

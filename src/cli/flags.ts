@@ -44,6 +44,10 @@ cli init --node HOST:PORT --attestation-config FILE --master-secret FILE
   --init-secret-file <file>     the init secret whose bcrypt hash the nodes' metadata serves
                                 (one trailing newline is ignored)
   --kubernetes-version <v>      e.g. v1.30.2
+  --kubernetes-components <file>
+                                what every node installs: a JSON array of {"url": "https://…" or
+                                "data:…", "hash": "sha256:<64 hex>", "installPath": "/opt/cni/bin",
+                                "extract": true} (default: none)
   --cluster-name <name>         (default ${INIT_DEFAULTS.clusterName})
   --kubeconfig-out <file>       admin kubeconfig, written 0600, never overwritten
                                 (default ${INIT_DEFAULTS.kubeconfigOut})
@@ -99,6 +103,7 @@ function parseInitFlags(args: string[]): InitCommand {
     "master-secret": { type: "string" },
     "init-secret-file": { type: "string" },
     "kubernetes-version": { type: "string" },
+    "kubernetes-components": { type: "string" },
     "cluster-name": { type: "string" },
     "kubeconfig-out": { type: "string" },
     "logs-out": { type: "string" },
@@ -111,6 +116,9 @@ function parseInitFlags(args: string[]): InitCommand {
     masterSecret: required(flags["master-secret"], "--master-secret"),
     initSecretFile: required(flags["init-secret-file"], "--init-secret-file"),
     kubernetesVersion: required(flags["kubernetes-version"], "--kubernetes-version"),
+    kubernetesComponentsFile: flags["kubernetes-components"] === undefined
+      ? undefined
+      : required(flags["kubernetes-components"], "--kubernetes-components"),
     clusterName: flags["cluster-name"] ?? INIT_DEFAULTS.clusterName,
     kubeconfigOut: flags["kubeconfig-out"] ?? INIT_DEFAULTS.kubeconfigOut,
     logsOut: flags["logs-out"] ?? INIT_DEFAULTS.logsOut,

@@ -2,8 +2,9 @@
  * `cli init`: the operator's side of the init (docs/attested-exchange.md
  * §7), on the init client library (`src/init/client.ts`).
  *
- * 1. reads and validates the attestation config and the init secret file,
- *    and checks the kubeconfig can be written, before anything else;
+ * 1. reads and validates the attestation config, the Kubernetes components
+ *    file (when given) and the init secret file, and checks the kubeconfig
+ *    can be written, before anything else;
  * 2. reads the master secret file, or creates it (0600, never overwritten);
  * 3. chooses a fresh 32-byte measurement salt and builds the
  *    `kms://cluster-kms?key=…&salt=…` URI (the master secret travels only
@@ -31,6 +32,7 @@ import type { Logger } from "../log/logger.ts";
 import { encodeMasterSecretUri } from "../kms/uri.ts";
 import { readSecretFile, SecretFileError } from "../secrets/secret_file.ts";
 import { configValidator, readAttestationConfigFile } from "./attestation_config_file.ts";
+import { readComponentsFile } from "./components_file.ts";
 import { CliError, errorLine } from "./errors.ts";
 import { loadOrCreateMasterSecretFile } from "./master_secret_file.ts";
 import { connectNode } from "./node_connection.ts";
@@ -55,6 +57,8 @@ export interface InitCommand {
   initSecretFile: string;
   /** The Kubernetes version, e.g. "v1.30.2". */
   kubernetesVersion: string;
+  /** The Kubernetes components file (`components_file.ts`); none are sent when absent. */
+  kubernetesComponentsFile?: string;
   /** The cluster's name. */
   clusterName: string;
   /** Where the admin kubeconfig goes. */
@@ -84,6 +88,9 @@ export async function runInit(command: InitCommand, env: InitEnvironment): Promi
   const { progress } = env;
   const loaded = await readAttestationConfigFile(command.attestationConfig);
   const validator = configValidator(loaded, env.logger);
+  const components = command.kubernetesComponentsFile === undefined
+    ? []
+    : await readComponentsFile(command.kubernetesComponentsFile);
   const initSecret = await readInitSecret(command.initSecretFile);
   await checkCreatable(command.kubeconfigOut, "kubeconfig");
   const { secret, created } = await loadOrCreateMasterSecretFile(command.masterSecret);
@@ -98,6 +105,7 @@ export async function runInit(command: InitCommand, env: InitEnvironment): Promi
     measurementSalt: crypto.getRandomValues(new Uint8Array(MEASUREMENT_SALT_LENGTH)),
     attestationConfig: loaded.text,
     kubernetesVersion: command.kubernetesVersion,
+    kubernetesComponents: components,
     clusterName: command.clusterName,
   };
   let result: InitResult;

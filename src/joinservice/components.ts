@@ -44,6 +44,23 @@ export class ComponentsError extends Error {
 
 const HASH_PATTERN = /^sha256:[0-9a-f]{64}$/;
 
+/**
+ * Whether `hash` has the one form a node checks a download against:
+ * `sha256:<64 lower-case hex digits>`.
+ */
+export function isComponentHash(hash: string): boolean {
+  return HASH_PATTERN.test(hash);
+}
+
+/**
+ * Whether a node installs a component at `installPath`: an absolute path,
+ * not `/` itself, without a `..` element (the bootstrapper's installer
+ * places it under the node's root).
+ */
+export function isComponentInstallPath(installPath: string): boolean {
+  return installPath.startsWith("/") && installPath !== "/" && !installPath.split("/").includes("..");
+}
+
 /** JSON keys as Go writes them, by field. */
 const jsonKeys = { url: "URL", hash: "Hash", installPath: "InstallPath", extract: "Extract" } as const;
 type Field = keyof typeof jsonKeys;
@@ -89,7 +106,7 @@ function parseComponent(item: unknown, index: number): KubernetesComponent {
     (component as unknown as Record<Field, unknown>)[field] = value;
   }
   if (component.url === "") fail(`"URL" is missing or empty`);
-  if (!HASH_PATTERN.test(component.hash)) {
+  if (!isComponentHash(component.hash)) {
     fail(`"Hash" must be sha256:<64 lower-case hex digits>, got ${JSON.stringify(component.hash)}`);
   }
   if (!component.installPath.startsWith("/")) {

@@ -52,7 +52,9 @@ export interface RunningService {
 
 /** The result of {@linkcode runToExit}. */
 export interface ProcessResult {
+  /** The exit status. */
   code: number;
+  /** stdout lines. */
   stdoutLines: string[];
   /** stderr lines (Deno's config notice removed). */
   stderrLines: string[];

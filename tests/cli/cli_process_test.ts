@@ -3,8 +3,10 @@
  * real cluster of bootstrapper processes (tests/support/bootstrap_cluster.ts):
  * verify passes against the control plane and fails naming PCR 4 against a
  * tampered node; init with a wrong init secret is refused in plain words;
- * init succeeds and writes the node's admin.conf; recover opens the node's
- * disk; an unreachable node ends at the deadline.
+ * init with a malformed components file fails before any connection; init
+ * succeeds, writes the node's admin.conf and the node installs the
+ * components of `--kubernetes-components`; recover opens the node's disk; an
+ * unreachable node ends at the deadline.
  */
 import assert from "node:assert/strict";
 import { readNodeState } from "../../src/bootstrapper/node_state.ts";
@@ -13,6 +15,7 @@ import { deriveClusterId, deriveMeasurementSecret } from "../../src/kms/keys.ts"
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { INIT_SECRET, startBootstrapCluster } from "../support/bootstrap_cluster.ts";
 import { diskOpensWith } from "../support/cryptsetup.ts";
+import { componentHash, tarGz } from "../support/tar.ts";
 import { type ProcessResult, runToExit } from "../../src/os/service_process.ts";
 
 /** Runs `cli args` as `deno task cli` would. */
@@ -43,12 +46,37 @@ Deno.test("cli processes against a bootstrapper cluster: verify, init, recover",
     await Deno.writeTextFile(`${ops}/wrong-secret`, "not the init secret", { mode: 0o600 });
     const masterSecret = `${ops}/constellation-mastersecret.json`;
     const kubeconfig = `${ops}/admin.conf`;
+    // The components every node installs: a CNI archive and a single binary, as data: URLs.
+    const cniArchive = await tarGz([
+      { name: "bin/", type: "5", mode: 0o755 },
+      { name: "bin/bridge", content: "#!/bin/sh\necho bridge\n", mode: 0o755 },
+    ]);
+    const crictl = new TextEncoder().encode("#!/bin/sh\necho crictl\n");
+    const components = `${ops}/components.json`;
+    await Deno.writeTextFile(
+      components,
+      JSON.stringify([
+        {
+          url: `data:application/gzip;base64,${cniArchive.toBase64()}`,
+          hash: await componentHash(cniArchive),
+          installPath: "/opt/cni",
+          extract: true,
+        },
+        {
+          url: `data:application/octet-stream;base64,${crictl.toBase64()}`,
+          hash: await componentHash(crictl),
+          installPath: "/run/state/bin/crictl",
+          extract: false,
+        },
+      ]),
+    );
     const cp = await cluster.controlPlane.start();
     const node = `127.0.0.1:${cp.port}`;
     const initArgs = (secretFile: string) => [
       "init",
       ...["--node", node, "--attestation-config", config, "--master-secret", masterSecret],
       ...["--init-secret-file", secretFile, "--kubernetes-version", "v1.30.2"],
+      ...["--kubernetes-components", components],
       ...["--kubeconfig-out", kubeconfig, "--logs-out", `${ops}/init.log`, "--timeout", "20"],
     ];
 
@@ -103,13 +131,56 @@ Deno.test("cli processes against a bootstrapper cluster: verify, init, recover",
       },
     );
 
+    await t.step(
+      "init with a malformed components file fails naming element and field, before any connection",
+      async () => {
+        const bad = `${ops}/bad-components.json`;
+        await Deno.writeTextFile(
+          bad,
+          JSON.stringify([{
+            url: "https://example.com/x",
+            hash: "md5:0",
+            installPath: "/opt/x",
+            extract: false,
+          }]),
+        );
+        // A listener standing in for the node: the CLI must not connect to it.
+        const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+        let connections = 0;
+        const accepting = (async () => {
+          for await (const connection of listener) {
+            connections++;
+            connection.close();
+          }
+        })();
+        const args = initArgs(`${ops}/init-secret`).map((a) =>
+          a === node ? `127.0.0.1:${(listener.addr as Deno.NetAddr).port}` : a === components ? bad : a
+        );
+        args[args.indexOf("--master-secret") + 1] = `${ops}/unused-mastersecret.json`;
+        const result = await cli(args);
+        listener.close();
+        await accepting;
+        assert.equal(result.code, 1, output(result));
+        assert.equal(
+          result.stderrLines.at(-1),
+          `cli: kubernetes components file ${bad}: element 0: "hash" must be sha256:<64 lower-case hex digits>, got "md5:0" (--kubernetes-components)`,
+        );
+        assert.equal(result.stderrLines.filter((l) => /^\s+at /.test(l)).length, 0, "no stack trace");
+        assert.equal(connections, 0, "no connection to the node");
+        await assert.rejects(Deno.stat(`${ops}/unused-mastersecret.json`), "no master secret created");
+      },
+    );
+
     let clusterId = "";
     await t.step(
-      "init succeeds: the kubeconfig is the node's admin.conf, the cluster ID is printed",
+      "init succeeds: the kubeconfig is the node's admin.conf, the cluster ID is printed, components installed",
       async () => {
         const result = await cli(initArgs(`${ops}/init-secret`));
         assert.equal(result.code, 0, output(result));
         assert.deepEqual(await Deno.readFile(kubeconfig), await Deno.readFile(cluster.cpPaths.adminConf));
+        const root = cluster.controlPlane.root;
+        assert.equal(await Deno.readTextFile(`${root}/opt/cni/bin/bridge`), "#!/bin/sh\necho bridge\n");
+        assert.deepEqual(await Deno.readFile(`${root}/run/state/bin/crictl`), crictl);
         assert.equal((await Deno.stat(kubeconfig)).mode! & 0o777, 0o600);
         assert.equal((await Deno.stat(masterSecret)).mode! & 0o777, 0o600);
         clusterId = /^cluster ID: ([0-9a-f]{64})$/m.exec(output(result))?.[1] ?? "";

@@ -16,7 +16,12 @@ import {
 } from "../../src/localcluster/node.ts";
 import type { Swtpm } from "../../src/localcluster/swtpm.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
-import { type ProcessResult, type RunningService, runToExit, startService } from "../../src/os/service_process.ts";
+import {
+  type ProcessResult,
+  type RunningService,
+  runToExit,
+  startService,
+} from "../../src/os/service_process.ts";
 
 /** Options for {@linkcode createBootstrapNode}. */
 export interface BootstrapNodeOptions {
