@@ -102,13 +102,19 @@ export interface AddNodeOptions {
   trusted?: boolean;
   /** Whether its key is in the control-plane list (default: it claims the control-plane role). */
   controlPlaneKey?: boolean;
+  /** Start its bootstrapper (default true); false leaves the node's TPM and disk to the caller. */
+  start?: boolean;
 }
 
 /** A node of the local cluster. */
 export interface LocalNode {
+  /** Instance name. */
   readonly name: string;
+  /** The role it claims in the metadata. */
   readonly role: Role;
+  /** Its root, disk and TPM state. */
   readonly files: NodeFiles;
+  /** Its address and namespace. */
   readonly network: NodeNetwork;
   /** Its TPM now (a new swtpm after {@linkcode LocalNode.reboot}, on the same state). */
   readonly tpm: Swtpm;
@@ -161,11 +167,17 @@ export interface LocalCluster extends AsyncDisposable {
 
 /** Files of a local cluster the operator uses. */
 export interface ClusterPaths {
+  /** The state directory. */
   stateDir: string;
+  /** The admin kubeconfig cli init writes. */
   adminConf: string;
+  /** The master secret file cli init creates (recovers every disk). */
   masterSecret: string;
+  /** The init secret whose bcrypt hash the metadata serves. */
   initSecret: string;
+  /** The operator's attestation config. */
   attestationConfig: string;
+  /** The logs directory. */
   logs: string;
 }
 
@@ -379,7 +391,7 @@ class Cluster implements LocalCluster {
         await waitForCount(joinService, ATTESTATION_CONFIG_LOADED, reloads + 1);
       }
     }
-    await this.#startBootstrapper(record);
+    if (options.start ?? true) await this.#startBootstrapper(record);
     return this.#view(record);
   }
 

@@ -24,7 +24,7 @@ const FAST_PBKDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 /** A LUKS2 header takes 16 MiB; the file is sparse. */
 const DISK_BYTES = 20 << 20;
 /** The project's checkout, with a trailing slash (src/localcluster/ is two levels down). */
-export const REPO_ROOT = decodeURIComponent(new URL("../../", import.meta.url).pathname);
+export const REPO_ROOT: string = decodeURIComponent(new URL("../../", import.meta.url).pathname);
 const TPM2_TOOLS = "tpm2_createprimary,tpm2_quote,tpm2_flushcontext,tpm2_pcrread,tpm2_pcrevent";
 
 /** A node's files. */

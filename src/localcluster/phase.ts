@@ -24,6 +24,7 @@ export type NodePhase =
 
 /** A node's phase with the reason of the last setback, if any. */
 export interface PhaseState {
+  /** Where the node is. */
   phase: NodePhase;
   /** Why it waits, was refused, or failed (a log message, never a secret: the bootstrapper logs none). */
   reason?: string;

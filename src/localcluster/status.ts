@@ -21,7 +21,9 @@ export type ClusterState = "starting" | "running" | "failed" | "stopping" | "sto
 
 /** A node as the status shows it. */
 export interface NodeStatus extends PhaseState {
+  /** Instance name. */
   name: string;
+  /** The role it claims. */
   role: "ControlPlane" | "Worker";
   /** Its address in the cluster network. */
   address: string;
@@ -37,11 +39,13 @@ export interface NodeStatus extends PhaseState {
 export interface ProcessRecord {
   /** What it is, e.g. "worker-1/bootstrapper", "local-api". */
   name: string;
+  /** Its process ID. */
   pid: number;
 }
 
 /** The content of the status file. */
 export interface ClusterStatus {
+  /** Where the cluster is. */
   state: ClusterState;
   /** Why the cluster failed, when it did. */
   reason?: string;
@@ -49,9 +53,11 @@ export interface ClusterStatus {
   stateDir: string;
   /** The PID of `cluster up`. */
   supervisorPid: number;
+  /** The network's kind, the host's address in it and what to remove. */
   network: { kind: NetworkKind; hostAddress: string } & NetworkNames;
-  /** When `up` started and when every node had joined (RFC 3339). */
+  /** When `up` started (RFC 3339). */
   startedAt: string;
+  /** When every node had joined (RFC 3339). */
   readyAt?: string;
   /** Seconds from start to every node joined. */
   upSeconds?: number;
@@ -63,6 +69,7 @@ export interface ClusterStatus {
   kubeconfig: string;
   /** The logs directory. */
   logs: string;
+  /** Every node, in creation order. */
   nodes: NodeStatus[];
   /** Every process started and not yet seen to exit. */
   processes: ProcessRecord[];
