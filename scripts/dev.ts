@@ -1,14 +1,14 @@
 /**
- * The main job on an embedded default: runs the key service on loopback with
+ * The key service alone, for trying its API: runs it on loopback with
  * a freshly generated development master secret and salt, and prints how to
  * call it once the service listens. The port in that banner is the one the
  * service's "listening" log line reports, so `--port 0` shows the port it
  * got. The secret lives in a private temp directory that is removed on exit
  * (Ctrl-C). A bad port is a usage error (status 2); a service that cannot
  * start (e.g. the port is taken) prints its own error line, no banner, and
- * its exit status is the main job's.
+ * its exit status is this command's.
  *
- * Usage: `npm start` (or `deno task dev [--port 9000]`).
+ * Usage: `deno task dev [--port 9000]`.
  *
  * @module
  */

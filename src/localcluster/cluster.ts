@@ -40,7 +40,7 @@ import {
   prepareNode,
   REPO_ROOT,
 } from "./node.ts";
-import { nextPhase, type NodePhase } from "./phase.ts";
+import { nextPhase, type NodePhase, type PhaseState } from "./phase.ts";
 import {
   JOIN_SERVICE_NODE_PORT,
   joinServiceArgs,
@@ -129,10 +129,10 @@ export interface LocalNode {
   /**
    * Reboots the node: stops its bootstrapper, restarts its swtpm on the same
    * state (PCRs reset, same keys), runs `bootstrapper rejoin` to its end (as
-   * the rejoin unit does before the bootstrapper), then starts the
-   * bootstrapper again. Resolves to the rejoin run.
+   * the rejoin unit does before the bootstrapper), then the bootstrapper
+   * (which, on a node bound again, starts the kubelet and exits).
    */
-  reboot(): Promise<ProcessResult>;
+  reboot(): Promise<{ rejoin: ProcessResult; boot: ProcessResult }>;
 }
 
 /** A running local cluster. */
@@ -347,14 +347,12 @@ class Cluster implements LocalCluster {
     await this.#init(first);
     await this.startServices(first.name);
 
-    // Control planes serve joins too, once they have joined.
-    for (const node of initial.slice(1).filter((node) => node.role === "ControlPlane")) {
-      this.waitForPhase(node.name, ["joined"], this.#timeoutMs()).then(
-        () => netns && !this.#closed ? this.startServices(node.name) : undefined,
-      ).catch(() => {});
-    }
+    // Control planes serve joins too, once they have joined (on loopback only the first is reachable).
     await Promise.all(
-      initial.map((node) => this.waitForPhase(node.name, ["joined"], this.#timeoutMs(started))),
+      initial.slice(1).map(async (node) => {
+        await this.waitForPhase(node.name, ["joined"], this.#timeoutMs(started));
+        if (netns && node.role === "ControlPlane") await this.startServices(node.name);
+      }),
     );
     this.status.state = "running";
     this.status.readyAt = rfc3339(Date.now());
@@ -485,7 +483,7 @@ class Cluster implements LocalCluster {
       ...this.#others,
     ];
     await Promise.all(processes.map((process) => process?.stop()));
-    await Promise.all([...this.#nodes.values()].map((node) => node.tpm.stop()));
+    await Promise.all([...this.#nodes.values()].map((node) => node.tpm?.stop()));
     await this.#metadata?.[Symbol.asyncDispose]();
     if (this.#network?.kind === "netns") await removeNetwork(this.#network.names);
     for (const file of this.#logFiles.values()) file.close();
@@ -543,9 +541,10 @@ class Cluster implements LocalCluster {
     return record;
   }
 
-  async #startBootstrapper(node: NodeRecord, flags: string[] = []): Promise<void> {
+  /** The bootstrapper's arguments on `node` in this cluster (`flags` first: "rejoin" is a command). */
+  #bootstrapperArgs(node: NodeRecord, flags: string[]): string[] {
     const netns = this.#network!.kind === "netns";
-    const args = bootstrapperArgs(node.files, {
+    return bootstrapperArgs(node.files, {
       tpm: node.tpm,
       metadataUrl: netns ? this.#metadata!.url : this.#metadata!.nodeUrl(node.name),
       listenAddress: node.network.bindAddress,
@@ -556,17 +555,21 @@ class Cluster implements LocalCluster {
         ...["--join-service-port", String(this.#joinServicePort)],
       ],
     });
+  }
+
+  #setPhase(node: NodeRecord, next: PhaseState): void {
+    if (next.phase === node.status.phase && next.reason === node.status.reason) return;
+    node.status.phase = next.phase;
+    if (next.reason === undefined) delete node.status.reason;
+    else node.status.reason = next.reason;
+    this.#changed();
+  }
+
+  async #startBootstrapper(node: NodeRecord): Promise<void> {
+    const args = this.#bootstrapperArgs(node, []);
     const process = await this.#spawn(`${node.name}/bootstrapper`, node.network.commandPrefix, args, {
       log: node.status.log,
-      onLine: (line) => {
-        const next = nextPhase(node.status, line);
-        if (next.phase !== node.status.phase || next.reason !== node.status.reason) {
-          node.status.phase = next.phase;
-          if (next.reason === undefined) delete node.status.reason;
-          else node.status.reason = next.reason;
-          this.#changed();
-        }
-      },
+      onLine: (line) => this.#setPhase(node, nextPhase(node.status, line)),
     });
     node.bootstrapper = process;
     node.status.initEndpoint = `${node.network.reachableAddress}:${process.port}`;
@@ -706,25 +709,19 @@ class Cluster implements LocalCluster {
         cluster.#track(`${record.name}/swtpm`, record.tpm.pid);
         record.status.phase = "starting";
         delete record.status.reason;
-        const netns = cluster.#network!.kind === "netns";
-        const rejoin = await cluster.#run(
-          record.network.commandPrefix,
-          bootstrapperArgs(record.files, {
-            tpm: record.tpm,
-            metadataUrl: netns ? cluster.#metadata!.url : cluster.#metadata!.nodeUrl(record.name),
-            listenAddress: record.network.bindAddress,
-            variant: record.variant,
-            flags: ["rejoin", "--join-service-port", String(cluster.#joinServicePort)],
-          }),
-          record.status.log,
-        );
-        for (const line of rejoin.stderrLines) {
-          const next = nextPhase(record.status, line);
-          record.status.phase = next.phase;
-          record.status.reason = next.reason;
-        }
-        await cluster.#startBootstrapper(record);
-        return rejoin;
+        const run = async (flags: string[]) => {
+          const result = await cluster.#run(
+            record.network.commandPrefix,
+            cluster.#bootstrapperArgs(record, flags),
+            record.status.log,
+          );
+          for (const line of result.stderrLines) cluster.#setPhase(record, nextPhase(record.status, line));
+          return result;
+        };
+        const rejoin = await run(["rejoin"]);
+        const boot = await run([]);
+        if (boot.code !== 0) cluster.#setPhase(record, { phase: "failed", reason: boot.stderrLines.at(-1) });
+        return { rejoin, boot };
       },
     };
   }

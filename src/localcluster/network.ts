@@ -148,6 +148,9 @@ async function netnsNetwork(onNames: (names: NetworkNames) => Promise<void>): Pr
       names.namespaces.push(namespace);
       await onNames(names);
       const address = `10.42.${subnet}.${2 + index}`;
+      // A cluster that held this bridge name before and crashed may have left these behind; the name is ours now.
+      await runTool("ip", ["link", "del", hostSide]);
+      await runTool("ip", ["netns", "del", namespace]);
       await ip(["netns", "add", namespace]);
       await ip(["link", "add", hostSide, "type", "veth", "peer", "name", "eth0", "netns", namespace]);
       await ip(["link", "set", hostSide, "master", names.bridge, "up"]);

@@ -1,4 +1,4 @@
-/** The README's main job (`npm start` → scripts/dev.ts), run as a user runs it. */
+/** The key service alone with a generated development secret (`deno task dev` → scripts/dev.ts), run as a user runs it. */
 import assert from "node:assert/strict";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";

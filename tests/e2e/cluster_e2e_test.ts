@@ -1,0 +1,224 @@
+/**
+ * End to end on a local cluster (`src/localcluster/`) of 2 control planes and
+ * 3 workers, every node on its own swtpm, LUKS2 state disk and network
+ * namespace: what the ticket flow created, and the attacks and faults a
+ * cluster must survive (a node with other measurements, a worker asking to
+ * be a control plane, a dummy node, the join service killed while nodes
+ * join, a rebooted worker).
+ */
+import assert from "node:assert/strict";
+import { nodePaths } from "../../src/bootstrapper/node_paths.ts";
+import { BOOTSTRAP_TOKEN_TTL_MS } from "../../src/joinservice/bootstraptoken.ts";
+import { ClusterKms } from "../../src/kms/cluster_kms.ts";
+import { deriveStateDiskKey } from "../../src/kms/keys.ts";
+import { type LocalCluster, startLocalCluster } from "../../src/localcluster/cluster.ts";
+import { runToExit } from "../../src/os/service_process.ts";
+import { REPO_ROOT } from "../../src/localcluster/node.ts";
+import { diskOpensWith } from "../support/cryptsetup.ts";
+import { sha256 } from "../support/digest.ts";
+
+/** SHA256(old ‖ SHA256(data)): what TPM2_PCR_Event does to a SHA-256 PCR. */
+async function extended(old: Uint8Array, data: Uint8Array): Promise<string> {
+  return (await sha256(old, await sha256(data))).toHex();
+}
+
+/** `kubectl get <what> -n kube-system -o json` with the cluster's admin kubeconfig. */
+async function kubectlJson(cluster: LocalCluster, what: string): Promise<{ items: KubeObject[] }> {
+  const result = await kubectl(cluster, ["get", what, "-n", "kube-system", "-o", "json"]);
+  return JSON.parse(result);
+}
+
+async function kubectl(cluster: LocalCluster, args: string[]): Promise<string> {
+  const result = await runToExit("kubectl", ["--kubeconfig", cluster.paths.adminConf, ...args]);
+  assert.equal(result.code, 0, `kubectl ${args.join(" ")}: ${result.stderrLines.join("\n")}`);
+  return result.stdoutLines.join("\n");
+}
+
+interface KubeObject {
+  metadata: { name: string };
+  type?: string;
+  data?: Record<string, string>;
+}
+
+/** The bootstrap-token Secrets (token ID → expiration). */
+async function bootstrapTokens(cluster: LocalCluster): Promise<Map<string, string>> {
+  const secrets = await kubectlJson(cluster, "secrets");
+  return new Map(
+    secrets.items
+      .filter((secret) => secret.type === "bootstrap.kubernetes.io/token")
+      .map((secret) => [atob(secret.data!["token-id"]), atob(secret.data!.expiration)]),
+  );
+}
+
+async function diskUuid(disk: string): Promise<string> {
+  const result = await runToExit("cryptsetup", ["luksUUID", disk]);
+  return result.stdoutLines.join("").trim().toLowerCase();
+}
+
+Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or survived", async (t) => {
+  const stateDir = await Deno.realPath(await Deno.makeTempDir({ prefix: "e2e-cluster-" }));
+  const started = Date.now();
+  const cluster = await startLocalCluster({ stateDir, controlPlanes: 2, workers: 3, network: "netns" });
+  try {
+    console.log(`cluster up (2 control planes + 3 workers, netns): ${(Date.now() - started) / 1000} s`);
+    const masterSecret = JSON.parse(await Deno.readTextFile(cluster.paths.masterSecret));
+    const kms = new ClusterKms(
+      Uint8Array.fromBase64(masterSecret.key),
+      Uint8Array.fromBase64(masterSecret.salt),
+    );
+    const clusterId = Uint8Array.fromHex(cluster.status.clusterId!);
+    const caPath = `${cluster.node("control-plane-0").files.root}/etc/kubernetes/pki/ca.crt`;
+    const joiners = cluster.nodes().filter((node) => node.name !== "control-plane-0");
+
+    await t.step("every node joined in its own namespace; both control planes serve joins", () => {
+      assert.equal(cluster.status.state, "running");
+      assert.deepEqual(cluster.nodes().map((node) => node.status.phase), Array(5).fill("joined"));
+      const addresses = new Set(cluster.nodes().map((node) => node.network.address));
+      assert.equal(addresses.size, 5);
+      for (const name of ["control-plane-0", "control-plane-1"]) {
+        assert.ok(cluster.node(name).status.joinServiceEndpoint, `${name} runs a join service`);
+      }
+    });
+
+    await t.step("every node's disk opens with the key service derivation for its disk UUID", async () => {
+      for (const node of cluster.nodes()) {
+        const key = await deriveStateDiskKey(kms, await diskUuid(node.files.disk));
+        assert.ok(await diskOpensWith(node.files.disk, key), `${node.name}: the derived key opens the disk`);
+      }
+    });
+
+    await t.step("PCR 15 of every node holds the cluster ID", async () => {
+      const want = await extended(new Uint8Array(32), clusterId);
+      for (const node of cluster.nodes()) assert.equal((await node.pcr15()).toHex(), want, node.name);
+    });
+
+    await t.step("one distinct bootstrap token per joined node, each expiring within the TTL", async () => {
+      const tokens = await bootstrapTokens(cluster);
+      assert.equal(tokens.size, joiners.length);
+      for (const expiration of tokens.values()) {
+        assert.ok(Date.parse(expiration) <= Date.now() + BOOTSTRAP_TOKEN_TTL_MS);
+      }
+    });
+
+    await t.step("every kubelet certificate chains to the cluster CA and names its node", async () => {
+      for (const node of joiners) {
+        const cert = nodePaths(node.files.root).kubeletCert;
+        const verify = await runToExit("openssl", ["verify", "-CAfile", caPath, cert]);
+        assert.equal(verify.code, 0, `${node.name}: ${verify.stderrLines.join("\n")}`);
+        const subject = await runToExit("openssl", ["x509", "-noout", "-subject", "-in", cert]);
+        assert.match(subject.stdoutLines.join(""), new RegExp(`CN ?= ?system:node:${node.name}`));
+      }
+    });
+
+    await t.step("kubectl shows the JoiningNodes and Secrets the ticket flow created", async () => {
+      const text = await kubectl(cluster, ["get", "joiningnodes,secrets", "-n", "kube-system"]);
+      // A control plane's JoiningNode has the one fixed name, as in the original.
+      const names = joiners.map((node) => node.role === "ControlPlane" ? "control-plane" : node.name);
+      for (const name of names) assert.match(text, new RegExp(`joiningnode[^\\s]*/${name}\\s`));
+      assert.match(text, /secret\/constellation-mastersecret\s/);
+      assert.equal(text.match(/secret\/bootstrap-token-[a-z0-9]{6}\s/g)?.length, joiners.length);
+    });
+
+    await t.step(
+      "a node with another PCR 4 is refused, keeps retrying, and cli verify names PCR 4",
+      async () => {
+        const node = await cluster.addNode({ role: "Worker", name: "worker-tampered", tamperPcr4: true });
+        const refused = await cluster.waitForPhase(node.name, ["refused"], 30_000);
+        assert.match(refused.reason!, /PCR\[?4\]?/);
+        const refusals = () =>
+          node.bootstrapper!.stderrLines.filter((line) => /PCR\[?4\]?/.test(line)).length;
+        const first = refusals();
+        const deadline = Date.now() + 20_000;
+        while (refusals() <= first && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+        assert.ok(refusals() > first, "it asks again");
+        assert.equal((await node.pcr15()).toHex(), "00".repeat(32), "not bound");
+
+        const verify = await runToExit("deno", [
+          ...["run", "-P=cli", "--no-prompt", "src/cli/main.ts", "verify"],
+          ...["--node", node.status.initEndpoint!, "--attestation-config", cluster.paths.attestationConfig],
+          ...["--output", "json"],
+        ], { cwd: REPO_ROOT });
+        assert.equal(verify.code, 1, verify.stderrLines.join("\n"));
+        const report = JSON.parse(verify.stdoutLines.join("\n"));
+        const pcr4 = report.pcrs.find((row: { index: number }) => row.index === 4);
+        assert.equal(pcr4.match, false, JSON.stringify(report.pcrs));
+        const others = report.pcrs.filter((row: { index: number; match: boolean }) =>
+          row.index !== 4 && !row.match
+        );
+        assert.deepEqual(others, [], "only PCR 4 differs");
+      },
+    );
+
+    await t.step(
+      "a worker whose key is not a control plane's is refused the control-plane role",
+      async () => {
+        const node = await cluster.addNode({
+          role: "ControlPlane",
+          name: "worker-posing",
+          controlPlaneKey: false,
+        });
+        const refused = await cluster.waitForPhase(node.name, ["refused"], 30_000);
+        assert.match(refused.reason!, /control.plane/i);
+        assert.equal((await node.pcr15()).toHex(), "00".repeat(32));
+      },
+    );
+
+    await t.step("a dummy node is refused by the qemu-vtpm cluster", async () => {
+      const node = await cluster.addNode({
+        role: "Worker",
+        name: "worker-dummy",
+        variant: "dummy",
+        trusted: false,
+      });
+      const refused = await cluster.waitForPhase(node.name, ["refused"], 30_000);
+      assert.match(refused.reason!, /variant|dummy|attestation/i);
+    });
+
+    await t.step("no Secret, token or JoiningNode for the refused nodes", async () => {
+      const text = await kubectl(cluster, ["get", "joiningnodes,secrets", "-n", "kube-system"]);
+      assert.doesNotMatch(text, /worker-tampered|worker-posing|worker-dummy/);
+      assert.equal((await bootstrapTokens(cluster)).size, joiners.length);
+    });
+
+    await t.step("join services killed while nodes join: they wait, then join once it is back", async () => {
+      const before = await bootstrapTokens(cluster);
+      const late = [
+        await cluster.addNode({ role: "Worker", name: "worker-late-0" }),
+        await cluster.addNode({ role: "Worker", name: "worker-late-1" }),
+      ];
+      await cluster.waitForPhase(late[0].name, ["attesting", "joining", "joined"], 30_000);
+      for (const name of ["control-plane-0", "control-plane-1"]) await cluster.stopServices(name, "SIGKILL");
+      for (const node of late) {
+        const status = await cluster.waitForPhase(node.name, ["waiting", "joined"], 30_000);
+        if (status.phase === "waiting") assert.match(status.reason!, /unreachable/);
+      }
+      for (const name of ["control-plane-0", "control-plane-1"]) await cluster.startServices(name);
+      for (const node of late) await cluster.waitForPhase(node.name, ["joined"], 60_000);
+
+      const after = await bootstrapTokens(cluster);
+      const added = [...after.keys()].filter((id) => !before.has(id));
+      // One token per ticket; a ticket lost with a killed service leaves a token that expires.
+      assert.ok(added.length >= late.length, `tokens for the late nodes: ${added.length}`);
+      for (const id of added) assert.ok(Date.parse(after.get(id)!) <= Date.now() + BOOTSTRAP_TOKEN_TTL_MS);
+      for (const node of late) {
+        const key = await deriveStateDiskKey(kms, await diskUuid(node.files.disk));
+        assert.ok(await diskOpensWith(node.files.disk, key), node.name);
+      }
+    });
+
+    await t.step("a rebooted worker rejoins: PCR 15 is bound to the cluster again", async () => {
+      const worker = cluster.node("worker-0");
+      const { rejoin, boot } = await worker.reboot();
+      assert.equal(rejoin.code, 0, rejoin.stderrLines.slice(-5).join("\n"));
+      assert.match(rejoin.stderrLines.join("\n"), /rejoined/);
+      assert.equal((await worker.pcr15()).toHex(), await extended(new Uint8Array(32), clusterId));
+      assert.equal(boot.code, 0, boot.stderrLines.slice(-5).join("\n"));
+      assert.match(boot.stderrLines.join("\n"), /bound to a cluster/);
+      assert.equal(worker.status.phase, "joined");
+    });
+  } finally {
+    await cluster.close();
+    await Deno.remove(stateDir, { recursive: true });
+  }
+  console.log(`e2e test: ${(Date.now() - started) / 1000} s`);
+});
