@@ -15,7 +15,7 @@ import { injectFailures } from "../../src/kubeadmsim/inject.ts";
 import { readRecords, RECORD_FILE } from "../../src/kubeadmsim/record.ts";
 import { SimRoot } from "../../src/kubeadmsim/root.ts";
 import * as x509 from "../../src/x509/x509.ts";
-import { publishClusterInfo } from "../support/cluster_info.ts";
+import { publishClusterInfo } from "../../src/localcluster/services.ts";
 import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserver.ts";
 import { opensslVerify } from "../support/openssl.ts";
 

@@ -28,7 +28,11 @@ import { type MetadataServer, startMetadataServer } from "../../src/metadata/ser
 import { KEY_SERVICE_LISTENING, keyServiceArgs, REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { imageMeasurements } from "../../src/localcluster/node.ts";
 import { type BootstrapNode, createBootstrapNode } from "./bootstrap_node.ts";
-import { publishClusterInfo } from "./cluster_info.ts";
+import {
+  joinServiceArgs,
+  projectServiceConfig,
+  publishClusterInfo,
+} from "../../src/localcluster/services.ts";
 import { type FakeApiServer, startFakeApiServer } from "./fake_apiserver.ts";
 import { JOIN_SERVICE_LISTENING } from "./join_cluster.ts";
 import { type RunningService, startService } from "../../src/os/service_process.ts";
@@ -158,23 +162,7 @@ export async function startBootstrapCluster(
       });
     },
     async prepareServices() {
-      await Deno.mkdir(config);
-      const secret = apiServer.getObject(
-        "/api/v1/namespaces/kube-system/secrets/constellation-mastersecret",
-      ) as { data: Record<string, string> };
-      await Deno.writeFile(`${config}/mastersecret`, Uint8Array.fromBase64(secret.data.mastersecret), {
-        mode: 0o600,
-      });
-      await Deno.writeFile(`${config}/salt`, Uint8Array.fromBase64(secret.data.salt), { mode: 0o600 });
-      const joinConfig = apiServer.getObject("/api/v1/namespaces/kube-system/configmaps/join-config") as {
-        data: Record<string, string>;
-        binaryData: Record<string, string>;
-      };
-      await Deno.writeTextFile(`${config}/attestationConfig`, joinConfig.data.attestationConfig);
-      await Deno.writeFile(
-        `${config}/measurementSalt`,
-        Uint8Array.fromBase64(joinConfig.binaryData.measurementSalt),
-      );
+      await projectServiceConfig(cpPaths.adminConf, config);
       await publishClusterInfo({
         adminConf: cpPaths.adminConf,
         endpoint: apiEndpoint,
@@ -192,19 +180,19 @@ export async function startBootstrapCluster(
       return ["--join-service-port", String(joinPort)];
     },
     async startJoinService() {
-      const service = await startService("deno", [
-        "run",
-        "-P=join-service",
-        "--no-prompt",
-        `--allow-read=${config},${cpPaths.kubernetesDir}`,
-        "--allow-net=127.0.0.1",
-        "src/joinservice/main.ts",
-        ...["--attestation-variant", "qemu-vtpm", "--key-service-endpoint", `127.0.0.1:${keyServicePort}`],
-        ...["--api-server-endpoint", apiEndpoint, "--kubeconfig", cpPaths.adminConf],
-        ...["--config-dir", config, "--kubernetes-dir", cpPaths.kubernetesDir],
-        ...["--port", String(joinPort), "--listen-address", "127.0.0.1"],
-        ...["--metrics-port", "0", "--metrics-address", "127.0.0.1"],
-      ], { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT });
+      const service = await startService(
+        "deno",
+        joinServiceArgs({
+          repoRoot: REPO_ROOT,
+          configDir: config,
+          kubernetesDir: cpPaths.kubernetesDir,
+          bindAddress: "127.0.0.1",
+          joinServicePort: joinPort,
+          keyServiceEndpoint: `127.0.0.1:${keyServicePort}`,
+          apiServerEndpoint: apiEndpoint,
+        }),
+        { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT },
+      );
       stack.defer(() => service.stop().then(() => {}));
       return service;
     },
