@@ -22,6 +22,7 @@
  *
  * @module
  */
+import { freePort } from "../net/free_port.ts";
 import bcrypt from "bcryptjs";
 import { TpmIssuer } from "../attestation/tpm/issuer.ts";
 import { readPcrs } from "../attestation/tpm/pcr.ts";
@@ -754,12 +755,4 @@ async function attestationKeyDigest(tpm: Swtpm): Promise<string> {
   } finally {
     await issuer.close();
   }
-}
-
-/** A TCP port free right now on 127.0.0.1. */
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
 }

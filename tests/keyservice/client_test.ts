@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { freePort } from "../../src/net/free_port.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createKeyServiceClient, isRetryableKeyServiceError } from "../../src/keyservice/client.ts";
 import type { DataKeySource } from "../../src/keyservice/server.ts";
@@ -56,10 +57,7 @@ Deno.test("createKeyServiceClient() accepts host:port and rejects anything else"
 });
 
 Deno.test("getDataKey() reports an unreachable key service as Unavailable (retryable)", async () => {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = listener.addr as Deno.NetAddr;
-  listener.close();
-  using client = createKeyServiceClient({ endpoint: `127.0.0.1:${port}`, timeoutMs: 5000 });
+  using client = createKeyServiceClient({ endpoint: `127.0.0.1:${freePort()}`, timeoutMs: 5000 });
   await assertConnectError(client.getDataKey(ZERO_UUID, 32), Code.Unavailable, true);
 });
 

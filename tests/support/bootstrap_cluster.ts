@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { freePort } from "../../src/net/free_port.ts";
 import bcrypt from "bcryptjs";
 import { parseAttestationConfig } from "../../src/attestation/config.ts";
 import type { Validator } from "../../src/attestation/attestation.ts";
@@ -203,12 +204,4 @@ export async function startBootstrapCluster(
       );
     },
   };
-}
-
-/** A TCP port free right now on 127.0.0.1. */
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
 }
