@@ -54,8 +54,7 @@ import { describeType, isPlainObject, MeasurementsError, parseMeasurements } fro
 import { knownVariants, UnknownVariantError } from "./registry.ts";
 import { DUMMY_VARIANT } from "./dummy.ts";
 import { QEMU_VTPM_VARIANT } from "./tpm/validator.ts";
-import { QUOTED_PCRS } from "./tpm/issuer.ts";
-import { SHA256_PCR_LENGTH } from "./tpm/document.ts";
+import { QUOTED_PCRS, SHA256_PCR_LENGTH } from "./tpm/document.ts";
 
 /** A parsed attestation config. */
 export interface AttestationConfig {
@@ -295,6 +294,29 @@ function parseKeyDigests(list: unknown, field: string, fail: (message: string) =
     keyDigests.add(normalized);
   });
   return keyDigests;
+}
+
+/**
+ * Parses an operator's copy of the config (the CLI's `--attestation-config`,
+ * or a config loaded into the browser console), whose variant is the one the
+ * text names: no running service fixes it. Throws
+ * {@linkcode AttestationConfigError}.
+ */
+export function parseOperatorAttestationConfig(
+  text: string,
+  options: { source?: string } = {},
+): AttestationConfig {
+  let named: unknown;
+  try {
+    const value: unknown = JSON.parse(text);
+    named = isPlainObject(value) ? value.variant : undefined;
+  } catch {
+    // parseAttestationConfig reports the invalid JSON with its position.
+  }
+  return parseAttestationConfig(text, {
+    variant: typeof named === "string" ? named : "",
+    source: options.source,
+  });
 }
 
 /**

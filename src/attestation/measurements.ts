@@ -20,7 +20,6 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
 import { bytesEqual, type Measurement, type Measurements } from "./attestation.ts";
 
 /** Highest accepted measurement index (TPM 2.0 PCR 23). */
@@ -154,10 +153,12 @@ export function marshalMeasurements(measurements: Measurements): string {
 
 /**
  * Lower-case hex SHA-256 of {@linkcode marshalMeasurements}: identifies a set
- * of measurements in status output and audit logs.
+ * of measurements in status output and audit logs (WebCrypto: the browser
+ * console computes the same digest).
  */
-export function measurementsDigest(measurements: Measurements): string {
-  return createHash("sha256").update(marshalMeasurements(measurements)).digest("hex");
+export async function measurementsDigest(measurements: Measurements): Promise<string> {
+  const canonical = new TextEncoder().encode(marshalMeasurements(measurements));
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", canonical)).toHex();
 }
 
 /** What changed between two measurement maps, as sorted indices. */

@@ -1,17 +1,21 @@
 /**
- * The attestation variants by name: how to build each variant's issuer and
+ * The attestation variants by name and how to build each variant's
  * validator. There is no default variant; every caller names one.
  *
- * Later variants (SEV-SNP, TDX) plug in by adding an entry here.
+ * This module and the validators it builds use WebCrypto only (no Deno
+ * APIs): the browser console bundles it to verify evidence in the page. The
+ * issuers, which drive a TPM, are in `issuers.ts`.
+ *
+ * Later variants (SEV-SNP, TDX) plug in by adding an entry here and one in
+ * `issuers.ts`.
  *
  * @module
  */
-import type { Issuer, Validator } from "./attestation.ts";
+import type { Validator } from "./attestation.ts";
 import type { AttestationConfig } from "./config.ts";
 import type { Logger } from "../log/logger.ts";
-import { DUMMY_VARIANT, DummyIssuer, DummyValidator } from "./dummy.ts";
+import { DUMMY_VARIANT, DummyValidator } from "./dummy.ts";
 import { QEMU_VTPM_VARIANT, TpmValidator } from "./tpm/validator.ts";
-import { TpmIssuer } from "./tpm/issuer.ts";
 
 /** Options for {@linkcode createValidator}. */
 export interface ValidatorOptions {
@@ -19,31 +23,14 @@ export interface ValidatorOptions {
   logger: Logger;
 }
 
-/** Options for {@linkcode createIssuer}. */
-export interface IssuerOptions {
-  /** Receives the issuer's warnings. */
-  logger: Logger;
-  /** TPM connection for TPM variants (a tpm2-tools TCTI string, e.g. "swtpm:port=2321"); variant default if unset. */
-  tcti?: string;
-  /** Aborts creating the issuer (a TPM issuer prepares its attestation key). */
-  signal?: AbortSignal;
-}
+type ValidatorFactory = (config: AttestationConfig, options: ValidatorOptions) => Validator;
 
-interface Variant {
-  createValidator(config: AttestationConfig, options: ValidatorOptions): Validator;
-  createIssuer(options: IssuerOptions): Promise<Issuer>;
-}
-
-const variants: ReadonlyMap<string, Variant> = new Map<string, Variant>([
-  [DUMMY_VARIANT, {
-    createValidator: (_config, { logger }) => new DummyValidator(logger),
-    createIssuer: ({ logger }) => Promise.resolve(new DummyIssuer(logger)),
-  }],
-  [QEMU_VTPM_VARIANT, {
-    createValidator: ({ measurements, akTrust }, { logger }) =>
-      new TpmValidator({ measurements, akTrust, logger }),
-    createIssuer: ({ tcti, logger, signal }) => TpmIssuer.create({ tcti, logger, signal }),
-  }],
+const validators: ReadonlyMap<string, ValidatorFactory> = new Map<string, ValidatorFactory>([
+  [DUMMY_VARIANT, (_config, { logger }) => new DummyValidator(logger)],
+  [
+    QEMU_VTPM_VARIANT,
+    ({ measurements, akTrust }, { logger }) => new TpmValidator({ measurements, akTrust, logger }),
+  ],
 ]);
 
 /** An attestation variant name that is not in the registry. */
@@ -61,13 +48,7 @@ export class UnknownVariantError extends Error {
 
 /** The registered variant names, sorted. */
 export function knownVariants(): string[] {
-  return [...variants.keys()].sort();
-}
-
-function lookup(name: string): Variant {
-  const variant = variants.get(name);
-  if (variant === undefined) throw new UnknownVariantError(name);
-  return variant;
+  return [...validators.keys()].sort();
 }
 
 /**
@@ -75,13 +56,7 @@ function lookup(name: string): Variant {
  * and AK trust. Throws {@linkcode UnknownVariantError}.
  */
 export function createValidator(config: AttestationConfig, options: ValidatorOptions): Validator {
-  return lookup(config.variant).createValidator(config, options);
-}
-
-/**
- * Builds the issuer of `variant` (a TPM issuer connects to the TPM first).
- * Throws {@linkcode UnknownVariantError}.
- */
-export async function createIssuer(variant: string, options: IssuerOptions): Promise<Issuer> {
-  return await lookup(variant).createIssuer(options);
+  const factory = validators.get(config.variant);
+  if (factory === undefined) throw new UnknownVariantError(config.variant);
+  return factory(config, options);
 }

@@ -166,7 +166,7 @@ export class AttestationConfigWatcher {
         config,
         validator: createValidator(config, { logger }),
         generation: 1,
-        digest: measurementsDigest(config.measurements),
+        digest: await measurementsDigest(config.measurements),
       };
       logger.info("attestation config loaded", { path, ...describe(state) });
       warnIfInsecure(config, logger);
@@ -380,7 +380,7 @@ export class AttestationConfigWatcher {
         config,
         validator: createValidator(config, { logger }),
         generation: previous.generation + 1,
-        digest: measurementsDigest(config.measurements),
+        digest: await measurementsDigest(config.measurements),
       };
     } catch (error) {
       return this.#reportFailure(error as Error);

@@ -19,6 +19,12 @@ import {
   parsePositive,
   UsageError,
 } from "../flags/flags.ts";
+import {
+  BROWSER_LISTENER_OPTIONS,
+  type BrowserListenerFlags,
+  browserListenerUsage,
+  parseBrowserListener,
+} from "../flags/browser_listener.ts";
 
 /** What the process does. */
 export type BootstrapperCommand = "run" | "rejoin";
@@ -64,6 +70,8 @@ export interface BootstrapperFlags {
   joinCallTimeoutMs: number;
   /** The lowest level logged. */
   logLevel: LogLevel;
+  /** The browser listener (GetAttestation only, plain HTTP), when `--browser-port` is given. */
+  browser?: BrowserListenerFlags;
 }
 
 /** Usage text for `--help`. */
@@ -104,7 +112,9 @@ Flags:
   --join-call-timeout <s>       deadline per metadata or join-service call (default 30)
   --log-level <level>           debug, info, warn or error (default info)
   --help                        show this help
-`;
+
+The browser port (for the browser console's attestation inspector), while the init server runs:
+${browserListenerUsage("init.API/GetAttestation")}`;
 
 /** Default TPM: the kernel's resource manager. */
 export const DEFAULT_TPM_TCTI = "device:/dev/tpmrm0";
@@ -145,6 +155,7 @@ export function parseBootstrapperFlags(
     "join-call-timeout": { type: "string", default: "30" },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
+    ...BROWSER_LISTENER_OPTIONS,
   }, "bootstrapper");
   if (values.help) return "help";
 
@@ -164,10 +175,11 @@ export function parseBootstrapperFlags(
   }
   const root = absolute(values.root, "--root");
   const logLevel = parseLogLevelFlag(values["log-level"]);
+  const listenAddress = parseListenAddress(values["listen-address"], "--listen-address");
   return {
     command,
     port: parsePort(values.port),
-    listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
+    listenAddress,
     attestationVariant: variant,
     tpm,
     metadataUrl: metadataUrl.replace(/\/+$/, ""),
@@ -184,6 +196,7 @@ export function parseBootstrapperFlags(
     joinRetryIntervalMs: seconds(values["join-retry-interval"], "--join-retry-interval"),
     joinCallTimeoutMs: seconds(values["join-call-timeout"], "--join-call-timeout"),
     logLevel,
+    browser: parseBrowserListener(values, listenAddress),
   };
 }
 

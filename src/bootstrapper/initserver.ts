@@ -6,7 +6,9 @@
  * {@linkcode InitServer.getAttestation}: a fresh HPKE key pair per client
  * nonce, evidence over the "init-attestation" report data; the key pair is
  * held for {@linkcode DEFAULT_ATTESTATION_KEY_LIFETIME_MS}, for one use, in a
- * bounded map.
+ * bounded map. {@linkcode InitServer.showAttestation} is the same evidence
+ * for the browser listener, whose key pair is not held (no Init can follow
+ * it), a few at a time.
  *
  * {@linkcode InitServer.init}, in order:
  *
@@ -70,6 +72,7 @@ import { encodeComponents, type KubernetesComponent, parseComponents } from "../
 import { ClusterKms } from "../kms/cluster_kms.ts";
 import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../kms/keys.ts";
 import { type MasterSecret, parseKmsUri, parseStorageUri } from "../kms/uri.ts";
+import { PoolFullError, WorkPool } from "../limits/pool.ts";
 import type { Logger } from "../log/logger.ts";
 import { asRejection, type CommonReason, Rejection, toConnectError } from "../rpc/rejection.ts";
 
@@ -181,6 +184,10 @@ export const DEFAULT_ATTESTATION_KEY_LIFETIME_MS = 60_000;
 export const DEFAULT_MAX_ATTESTATION_KEYS = 64;
 /** Size of one streamed log chunk. */
 export const DEFAULT_LOG_CHUNK_BYTES = 64 * 1024;
+/** Browser-listener attestations running at once ({@linkcode InitServer.showAttestation}). */
+export const SHOW_ATTESTATION_CONCURRENCY = 1;
+/** Browser-listener attestations waiting at most; more are refused as busy. */
+export const SHOW_ATTESTATION_QUEUE = 4;
 /** Cluster name when the request leaves it empty. */
 export const DEFAULT_CLUSTER_NAME = "constellation";
 
@@ -200,6 +207,7 @@ export type InitServerReason =
   | "nonce-reused" // GetAttestation for a nonce whose key is still held
   | "attestation-capacity" // too many attestation keys held; retry later
   | "attestation-unavailable" // the issuer could not produce evidence
+  | "attestation-busy" // too many browser-listener attestations waiting; retry later
   | "request-unsealed" // the InitRequest is not sealed, or carries plaintext fields on the wire
   | "malformed-request" // the opened request does not decode, or its client key is not 32 bytes
   | "invalid-init-secret" // the init secret does not match the metadata's hash
@@ -226,6 +234,7 @@ const codes: Record<InitServerReason | CommonReason, Code> = {
   "nonce-reused": Code.InvalidArgument,
   "attestation-capacity": Code.ResourceExhausted,
   "attestation-unavailable": Code.Unavailable,
+  "attestation-busy": Code.ResourceExhausted,
   "request-unsealed": Code.InvalidArgument,
   "malformed-request": Code.InvalidArgument,
   "invalid-init-secret": Code.PermissionDenied,
@@ -343,6 +352,11 @@ export class InitServer {
   readonly #keys: AttestationKeys;
   readonly #logChunkBytes: number;
   readonly #lifetime = new AbortController();
+  /** Bounds the browser listener's attestations. */
+  readonly #shows = new WorkPool({
+    concurrency: SHOW_ATTESTATION_CONCURRENCY,
+    maxQueued: SHOW_ATTESTATION_QUEUE,
+  });
   readonly #outcome = Promise.withResolvers<InitOutcome>();
   /** How the Init past the lock ended, until its answer is sent and {@linkcode outcome} settles. */
   #settled: InitOutcome | undefined;
@@ -401,37 +415,79 @@ export class InitServer {
     request: GetAttestationRequest,
     options: SignalOptions = {},
   ): Promise<GetAttestationResponse> {
-    const { nonce } = request;
-    if (nonce.length !== INIT_NONCE_LENGTH) {
-      throw rejectInit("nonce-malformed", `nonce must be ${INIT_NONCE_LENGTH} bytes, got ${nonce.length}`);
-    }
+    const nonce = checkNonce(request);
     const id = nonce.toHex();
     this.#keys.reserve(id);
     let held: Omit<HeldKey, "expiresAt"> | undefined;
     try {
-      const keyPair = await generateKeyPair();
-      const reportData = await initReportData(nonce, keyPair.publicKey);
-      let document: Uint8Array;
-      try {
-        document = await this.#deps.issuer.issue(reportData, options);
-      } catch (error) {
-        this.#deps.logger.warn("cannot produce attestation evidence", { error });
-        throw rejectInit(
-          "attestation-unavailable",
-          "this node cannot produce attestation evidence now; retry",
-          {
-            cause: error,
-          },
-        );
-      }
+      const { keyPair, reportData, answer } = await this.#attest(nonce, options);
       held = { keyPair, reportData };
-      return create(GetAttestationResponseSchema, {
-        publicKey: keyPair.publicKey,
-        evidence: { variant: this.#deps.issuer.variant, document },
-      });
+      return answer;
     } finally {
       this.#keys.settle(id, held);
     }
+  }
+
+  /**
+   * The browser listener's `GetAttestation`: the same evidence as
+   * {@linkcode InitServer.getAttestation}, bound to a fresh key pair that is
+   * forgotten at once, so no Init can follow it and it holds nothing on the
+   * node. At most {@linkcode SHOW_ATTESTATION_CONCURRENCY} run at once and a
+   * few wait (the TPM quotes one at a time); more are refused as busy.
+   */
+  async showAttestation(
+    request: GetAttestationRequest,
+    options: SignalOptions = {},
+  ): Promise<GetAttestationResponse> {
+    const nonce = checkNonce(request);
+    try {
+      return await this.#shows.run(async () => (await this.#attest(nonce, options)).answer, options);
+    } catch (error) {
+      if (error instanceof PoolFullError) {
+        throw rejectInit("attestation-busy", "this node is busy producing attestation evidence; retry later");
+      }
+      throw error;
+    }
+  }
+
+  /** `GetAttestation` alone, as the browser listener serves it ({@linkcode InitServer.showAttestation}). */
+  browserHandlers(): Pick<ServiceImpl<typeof API>, "getAttestation"> {
+    return {
+      getAttestation: async (request, context) => {
+        try {
+          return await this.showAttestation(request, { signal: context.signal });
+        } catch (error) {
+          throw toConnectError(asRejection(error));
+        }
+      },
+    };
+  }
+
+  /** A fresh key pair and this node's evidence binding it to `nonce`. */
+  async #attest(
+    nonce: Uint8Array,
+    options: SignalOptions,
+  ): Promise<Omit<HeldKey, "expiresAt"> & { answer: GetAttestationResponse }> {
+    const keyPair = await generateKeyPair();
+    const reportData = await initReportData(nonce, keyPair.publicKey);
+    let document: Uint8Array;
+    try {
+      document = await this.#deps.issuer.issue(reportData, options);
+    } catch (error) {
+      this.#deps.logger.warn("cannot produce attestation evidence", { error });
+      throw rejectInit(
+        "attestation-unavailable",
+        "this node cannot produce attestation evidence now; retry",
+        {
+          cause: error,
+        },
+      );
+    }
+    const answer = create(GetAttestationResponseSchema, {
+      publicKey: keyPair.publicKey,
+      evidence: { variant: this.#deps.issuer.variant, document },
+    });
+    return { keyPair, reportData, answer };
   }
 
   /**
@@ -774,4 +830,13 @@ async function* connectErrors<T>(stream: AsyncGenerator<T>): AsyncGenerator<T> {
   } catch (error) {
     throw toConnectError(asRejection(error));
   }
+}
+
+/** The request's nonce, which must be {@linkcode INIT_NONCE_LENGTH} bytes. */
+function checkNonce(request: GetAttestationRequest): Uint8Array {
+  const { nonce } = request;
+  if (nonce.length !== INIT_NONCE_LENGTH) {
+    throw rejectInit("nonce-malformed", `nonce must be ${INIT_NONCE_LENGTH} bytes, got ${nonce.length}`);
+  }
+  return nonce;
 }

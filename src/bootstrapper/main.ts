@@ -22,7 +22,8 @@
  *
  * @module
  */
-import { createIssuer, knownVariants } from "../attestation/registry.ts";
+import { createIssuer } from "../attestation/issuers.ts";
+import { knownVariants } from "../attestation/registry.ts";
 import type { Issuer } from "../attestation/attestation.ts";
 import type { TpmConnection } from "../attestation/tpm/tools.ts";
 import { systemClock } from "../clock.ts";
@@ -31,6 +32,7 @@ import { removeIfExists, writeFileAtomic } from "../fs/atomic_write.ts";
 import { API } from "../gen/init/init_pb.ts";
 import { createLogger, type Logger } from "../log/logger.ts";
 import { MetadataClient } from "../metadata/client.ts";
+import { serveBrowserRpc } from "../rpc/browser_server.ts";
 import { serveRpc } from "../rpc/server.ts";
 import { terminationSignal } from "../rpc/signals.ts";
 import { readSecretFile } from "../secrets/secret_file.ts";
@@ -201,13 +203,34 @@ async function prepare(
         tls,
         routes: (router) => router.service(API, initServer.handlers()),
       });
-      logger.info("listening", { address: flags.listenAddress, port: server.address.port });
+      // The browser port serves GetAttestation and nothing else: never Init.
+      const browser = flags.browser &&
+        await serveBrowserRpc({
+          hostname: flags.browser.address,
+          port: flags.browser.port,
+          allowedOrigins: flags.browser.allowedOrigins,
+          routes: (router) =>
+            router.rpc(API.method.getAttestation, initServer.browserHandlers().getAttestation),
+        }).catch(async (error) => {
+          await server.shutdown(SHUTDOWN_GRACE_MS);
+          throw error;
+        });
+      logger.info("listening", {
+        address: flags.listenAddress,
+        port: server.address.port,
+        ...(browser && {
+          browserAddress: flags.browser!.address,
+          browserPort: browser.address.port,
+          corsAllowOrigins: flags.browser!.allowedOrigins,
+        }),
+      });
       return {
         finished: initServer.outcome.then((o): Outcome =>
           o.ok ? { ok: true } : { ok: false, error: new Error(o.error) }
         ),
         // Calls in flight finish first (the Init that won sends its answer), then work left is cancelled.
         stop: async () => {
+          await browser?.shutdown(SHUTDOWN_GRACE_MS);
           await server.shutdown(SHUTDOWN_GRACE_MS);
           initServer.close();
         },

@@ -11,10 +11,9 @@ import type { Validator } from "../attestation/attestation.ts";
 import {
   type AttestationConfig,
   AttestationConfigError,
-  parseAttestationConfig,
+  parseOperatorAttestationConfig,
   readConfigText,
 } from "../attestation/config.ts";
-import { isPlainObject } from "../attestation/measurements.ts";
 import { createValidator } from "../attestation/registry.ts";
 import type { Logger } from "../log/logger.ts";
 import { CliError } from "./errors.ts";
@@ -35,18 +34,8 @@ export interface LoadedAttestationConfig {
  * Throws {@linkcode CliError} "config" whose message names the file and the field.
  */
 export function parseAttestationConfigFile(text: string, path: string): LoadedAttestationConfig {
-  let named: unknown;
   try {
-    const value: unknown = JSON.parse(text);
-    named = isPlainObject(value) ? value.variant : undefined;
-  } catch {
-    // The parser below reports the invalid JSON with its position.
-  }
-  try {
-    const config = parseAttestationConfig(text, {
-      variant: typeof named === "string" ? named : "",
-      source: `attestation config ${path}`,
-    });
+    const config = parseOperatorAttestationConfig(text, { source: `attestation config ${path}` });
     return { path, text, config };
   } catch (error) {
     if (!(error instanceof AttestationConfigError)) throw error;

@@ -13,7 +13,14 @@ import type { VerifyOutput } from "./verify_report.ts";
 /** A parsed command line. */
 export type CliCommand =
   | { command: "init"; init: InitCommand }
-  | { command: "verify"; node: string; attestationConfig: string; output: VerifyOutput; timeoutMs: number }
+  | {
+    command: "verify";
+    /** A node to ask (`--node`), or evidence saved to a file (`--evidence`). */
+    source: { node: string } | { evidenceFile: string };
+    attestationConfig: string;
+    output: VerifyOutput;
+    timeoutMs: number;
+  }
   | { command: "recover"; recover: RecoverCommand };
 
 /** Defaults of `cli init`. */
@@ -55,9 +62,11 @@ cli init --node HOST:PORT --attestation-config FILE --master-secret FILE
   --timeout <seconds>           how long to retry an unreachable node (default ${INIT_DEFAULTS.timeoutSeconds})
   --init-timeout <seconds>      how long the node may take to initialize (default ${INIT_DEFAULTS.initTimeoutSeconds})
 
-cli verify --node HOST:PORT --attestation-config FILE [--output table|json] [--timeout <seconds>]
+cli verify (--node HOST:PORT | --evidence FILE) --attestation-config FILE [--output table|json]
+           [--timeout <seconds>]
   Fresh nonce, the node's evidence, validated; every PCR of the config with the node's
-  value. Exit status 0 only when the attestation passes.
+  value. Exit status 0 only when the attestation passes. --evidence checks evidence saved
+  to a file instead (the browser console's "Download evidence"), for the nonce in it.
 
 cli recover --master-secret FILE --disk-uuid UUID (--out FILE | --print-hex)
   The disk key (raw 32 bytes) to a new 0600 file, for cryptsetup open --key-file FILE;
@@ -130,17 +139,23 @@ function parseInitFlags(args: string[]): InitCommand {
 function parseVerifyFlags(args: string[]): CliCommand {
   const flags = parseFlags(args, {
     node: { type: "string" },
+    evidence: { type: "string" },
     "attestation-config": { type: "string" },
     output: { type: "string" },
     timeout: { type: "string" },
   }, "cli verify");
+  if (flags.node !== undefined && flags.evidence !== undefined) {
+    throw new UsageError("give --node or --evidence, not both");
+  }
   const output = flags.output ?? "table";
   if (output !== "table" && output !== "json") {
     throw new UsageError(`invalid --output "${output}": want table or json`);
   }
   return {
     command: "verify",
-    node: parseEndpointFlag(required(flags.node, "--node"), "--node", NODE_EXAMPLE),
+    source: flags.evidence !== undefined
+      ? { evidenceFile: required(flags.evidence, "--evidence") }
+      : { node: parseEndpointFlag(required(flags.node, "--node (or --evidence)"), "--node", NODE_EXAMPLE) },
     attestationConfig: required(flags["attestation-config"], "--attestation-config"),
     output,
     timeoutMs: seconds(flags.timeout, "--timeout", 30),

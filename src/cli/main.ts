@@ -21,8 +21,9 @@ import { CLI_USAGE, type CliCommand, parseCliArgs } from "./flags.ts";
 import { runInit } from "./init.ts";
 import { createProgress } from "./progress.ts";
 import { runRecover } from "./recover.ts";
-import { verifyNode } from "./verify.ts";
-import { renderVerifyJson, renderVerifyTable, useColor } from "./verify_report.ts";
+import { renderVerifyJson } from "../verification/report.ts";
+import { verifyEvidenceFile, verifyNode } from "./verify.ts";
+import { renderVerifyTable, useColor } from "./verify_report.ts";
 import { createWarningLogger } from "./warning_logger.ts";
 
 /** Exit status of a failure. */
@@ -60,10 +61,10 @@ async function run(parsed: CliCommand, signal: AbortSignal): Promise<number> {
       return 0;
     case "verify": {
       const loaded = await readAttestationConfigFile(parsed.attestationConfig);
-      const result = await verifyNode(parsed.node, loaded, {
-        logger,
-        signal: AbortSignal.any([signal, AbortSignal.timeout(parsed.timeoutMs)]),
-      });
+      const options = { logger, signal: AbortSignal.any([signal, AbortSignal.timeout(parsed.timeoutMs)]) };
+      const result = "evidenceFile" in parsed.source
+        ? await verifyEvidenceFile(parsed.source.evidenceFile, loaded, options)
+        : await verifyNode(parsed.source.node, loaded, options);
       const text = parsed.output === "json"
         ? renderVerifyJson(result)
         : renderVerifyTable(result, useColor(Deno.stdout, Deno.env.get("NO_COLOR")));

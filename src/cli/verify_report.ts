@@ -1,6 +1,7 @@
 /**
  * How `cli verify` prints its result: a table for people, or JSON for
- * programs (`--output json`).
+ * programs (`--output json`: `renderVerifyJson` of the shared report, the
+ * same document the browser console shows).
  *
  * ```text
  * node 10.0.0.5:9000: attestation FAILED (measurement-mismatch)
@@ -11,11 +12,19 @@
  *
  * Values are printed in full (64 hex digits). Mismatching rows are
  * highlighted in red, and only when `color` is set (a terminal without
- * `NO_COLOR`, see {@linkcode useColor}).
+ * `NO_COLOR`, see {@linkcode useColor}). The words (verdict, policy, match,
+ * why, mismatching PCRs) are the shared report's (`src/verification/report.ts`).
  *
  * @module
  */
-import type { PcrRow, VerifyResult } from "./verify.ts";
+import {
+  matchText,
+  mismatchSummary,
+  policyText,
+  verdictText,
+  type VerifyResult,
+  whyText,
+} from "../verification/report.ts";
 
 const RED = "\x1b[31m";
 const GREEN = "\x1b[32m";
@@ -30,26 +39,20 @@ export function useColor(stream: { isTerminal(): boolean }, noColor: string | un
   return stream.isTerminal() && (noColor === undefined || noColor === "");
 }
 
-/** The JSON document of a result (one line): `{node, variant, passed, reason?, message?, pcrs: [...]}`. */
-export function renderVerifyJson(result: VerifyResult): string {
-  return `${JSON.stringify(result)}\n`;
-}
-
 /** The human-readable table of a result, ending with a newline. */
 export function renderVerifyTable(result: VerifyResult, color: boolean): string {
   const paint = (code: string, text: string) => (color ? `${code}${text}${RESET}` : text);
   const lines: string[] = [];
-  const verdict = result.passed
-    ? paint(GREEN, "attestation OK")
-    : paint(RED, `attestation FAILED (${result.reason ?? "rejected"})`);
-  lines.push(`node ${result.node} (${result.variant}): ${verdict}`);
+  lines.push(
+    `node ${result.node} (${result.variant}): ${paint(result.passed ? GREEN : RED, verdictText(result))}`,
+  );
   if (result.pcrs.length === 0) {
     lines.push("the config lists no measurements");
   } else {
     const header = ["PCR", "POLICY", "MATCH", "EXPECTED", "ACTUAL"];
     const cells = result.pcrs.map((row) => [
       String(row.index),
-      row.enforced ? "enforced" : "warn-only",
+      policyText(row),
       matchText(row),
       row.expected,
       row.actual ?? "-",
@@ -63,21 +66,9 @@ export function renderVerifyTable(result: VerifyResult, color: boolean): string 
       else lines.push(line);
     });
   }
-  if (!result.passed && result.message && result.reason !== "measurement-mismatch") {
-    lines.push(`why: ${result.message}`);
-  }
-  const mismatched = result.pcrs.filter((row) => row.match === false);
-  if (mismatched.length > 0) {
-    lines.push(
-      `mismatching: ${
-        mismatched.map((row) => `PCR[${row.index}] (${row.enforced ? "enforced" : "warn-only"})`).join(", ")
-      }`,
-    );
-  }
+  const why = whyText(result);
+  if (why !== undefined) lines.push(`why: ${why}`);
+  const mismatching = mismatchSummary(result);
+  if (mismatching !== undefined) lines.push(mismatching);
   return `${lines.join("\n")}\n`;
-}
-
-function matchText(row: PcrRow): string {
-  if (row.match === null) return "unknown";
-  return row.match ? "ok" : "MISMATCH";
 }

@@ -62,3 +62,38 @@ export function auditLog(logger: Logger): AuditLog {
     },
   };
 }
+
+/** An audit entry with the time it was decided. */
+export interface TimedAuditEntry extends AuditEntry {
+  /** When it was decided, Unix milliseconds. */
+  timeUnixMs: number;
+}
+
+/** How many decisions {@linkcode RecentDecisions} keeps by default. */
+export const RECENT_DECISIONS_KEPT = 50;
+
+/**
+ * The most recent decisions, in memory, for `GetStatus` (the operator's
+ * dashboard); the audit log stays the record. Keeps at most `limit`.
+ */
+export class RecentDecisions {
+  readonly #limit: number;
+  #entries: TimedAuditEntry[] = [];
+
+  /** Keeps the last `limit` decisions (default {@linkcode RECENT_DECISIONS_KEPT}). */
+  constructor(limit = RECENT_DECISIONS_KEPT) {
+    if (!(limit > 0)) throw new RangeError(`RecentDecisions needs a positive limit, got ${limit}`);
+    this.#limit = limit;
+  }
+
+  /** Records `entry`, decided at `timeUnixMs`. */
+  add(entry: AuditEntry, timeUnixMs: number): void {
+    this.#entries.unshift({ ...entry, timeUnixMs });
+    if (this.#entries.length > this.#limit) this.#entries.length = this.#limit;
+  }
+
+  /** The decisions kept, newest first. */
+  list(): readonly TimedAuditEntry[] {
+    return this.#entries;
+  }
+}

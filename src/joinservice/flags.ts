@@ -20,6 +20,12 @@ import {
   parseConnectionLimits,
 } from "../flags/connection_limits.ts";
 import type { ConnectionLimits } from "../rpc/limits.ts";
+import {
+  BROWSER_LISTENER_OPTIONS,
+  type BrowserListenerFlags,
+  browserListenerUsage,
+  parseBrowserListener,
+} from "../flags/browser_listener.ts";
 import { type IpNetwork, parseCidr } from "../net/ip.ts";
 
 /** The join service's settings. */
@@ -70,6 +76,8 @@ export interface JoinServiceFlags {
   logLevel: LogLevel;
   /** Connection limits of the join.API listener given on the command line. */
   limits: Partial<ConnectionLimits>;
+  /** The browser listener (GetStatus only, plain HTTP), when `--browser-port` is given. */
+  browser?: BrowserListenerFlags;
 }
 
 /** Usage text for `--help`. */
@@ -109,6 +117,8 @@ Flags:
   --log-level <level>              debug, info, warn or error (default info)
   --help                           show this help
 
+The browser port (for the browser console's dashboard):
+${browserListenerUsage("join.API/GetStatus")}
 Connection limits of the join.API port:
 ${CONNECTION_LIMITS_USAGE}`;
 
@@ -143,6 +153,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
     ...CONNECTION_LIMIT_OPTIONS,
+    ...BROWSER_LISTENER_OPTIONS,
   }, "join service");
   if (values.help) return "help";
 
@@ -183,9 +194,10 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
   }
 
   const logLevel = parseLogLevelFlag(values["log-level"]);
+  const listenAddress = parseListenAddress(values["listen-address"], "--listen-address");
   return {
     port: parsePort(values.port),
-    listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
+    listenAddress,
     metricsPort: parsePort(values["metrics-port"], "--metrics-port"),
     metricsAddress: parseListenAddress(values["metrics-address"], "--metrics-address"),
     keyServiceEndpoint: parseEndpointFlag(
@@ -211,6 +223,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
     logLevel,
     limits: parseConnectionLimits(values),
+    browser: parseBrowserListener(values, listenAddress),
   };
 }
 

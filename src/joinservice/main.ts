@@ -1,7 +1,9 @@
 /**
  * The join service: verifies joining nodes' remote attestation and hands out
  * their join tickets (`join.API` over TLS; gRPC, gRPC-Web and Connect on one
- * port), with Prometheus metrics and `/healthz` on a second port.
+ * port), with Prometheus metrics and `/healthz` on a second port, and with
+ * `--browser-port` a third that serves `join.API/GetStatus` alone to web
+ * pages (plain HTTP, CORS for `--cors-allow-origin`; `src/rpc/browser_server.ts`).
  *
  * Startup checks every input before listening, and a missing or malformed
  * one ends the process with status 1 and one log line naming it: the
@@ -47,7 +49,8 @@ import { WorkPool } from "../limits/pool.ts";
 import { PeerRateLimiter, TokenBucket } from "../limits/ratelimiter.ts";
 import { createLogger, type Logger } from "../log/logger.ts";
 import { MetricsRegistry, serveMetrics } from "../metrics/registry.ts";
-import { serveRpc } from "../rpc/server.ts";
+import { serveBrowserRpc } from "../rpc/browser_server.ts";
+import { type RpcServer, serveRpc } from "../rpc/server.ts";
 import { terminationSignal } from "../rpc/signals.ts";
 import { readSecretFile } from "../secrets/secret_file.ts";
 import { createSelfSignedCertificate } from "../x509/selfsigned.ts";
@@ -97,6 +100,11 @@ export async function main(args: string[]): Promise<number> {
     address: flags.listenAddress,
     port: running.port,
     metricsPort: running.metricsPort,
+    ...(running.browserPort === undefined ? {} : {
+      browserAddress: flags.browser?.address,
+      browserPort: running.browserPort,
+      corsAllowOrigins: flags.browser?.allowedOrigins,
+    }),
     variant: flags.attestationVariant,
   });
 
@@ -110,6 +118,8 @@ export async function main(args: string[]): Promise<number> {
 interface Running {
   port: number;
   metricsPort: number;
+  /** The browser listener's port, when it runs. */
+  browserPort?: number;
   stop(): Promise<void>;
 }
 
@@ -213,10 +223,23 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
       return true;
     },
   });
+  // The browser port serves GetStatus and nothing else: no ticket, no challenge.
+  let browserServer: RpcServer | undefined;
+  if (flags.browser) {
+    browserServer = await serveBrowserRpc({
+      routes: (router) => router.rpc(API.method.getStatus, () => service.status()),
+      hostname: flags.browser.address,
+      port: flags.browser.port,
+      allowedOrigins: flags.browser.allowedOrigins,
+      limits: flags.limits,
+    });
+  }
   return {
     port: server.address.port,
     metricsPort: metricsServer.port,
+    browserPort: browserServer?.address.port,
     async stop() {
+      await browserServer?.shutdown();
       await server.shutdown();
       await metricsServer.close();
       await watcher.close();

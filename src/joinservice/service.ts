@@ -41,6 +41,8 @@ import { ComponentSchema } from "../gen/components/components_pb.ts";
 import {
   type API,
   ControlPlaneCertOrKeySchema,
+  DecisionCountSchema,
+  DecisionSchema,
   type GetChallengeResponse,
   GetChallengeResponseSchema,
   type GetStatusResponse,
@@ -58,7 +60,7 @@ import { PoolFullError } from "../limits/pool.ts";
 import type { Histogram } from "../metrics/registry.ts";
 import { peerAddressKey } from "../rpc/peer.ts";
 import { asRejection, toConnectError } from "../rpc/rejection.ts";
-import type { AuditEntry, RequestRole, TicketMethod } from "./audit.ts";
+import { type AuditEntry, RecentDecisions, type RequestRole, type TicketMethod } from "./audit.ts";
 import type {
   ExchangePurpose,
   JoinServiceDependencies,
@@ -95,6 +97,8 @@ export class JoinService {
   readonly #measurementSecret: SharedLoad<Uint8Array>;
   /** Whether challenges are failing now, so an outage is logged once, not once per caller. */
   #challengesFailing = false;
+  /** The last decisions, for the status. */
+  readonly #recent = new RecentDecisions();
 
   /** A handler over `deps`. */
   constructor(deps: JoinServiceDependencies) {
@@ -340,11 +344,16 @@ export class JoinService {
     return create(IssueRejoinTicketResponseSchema, { sealed });
   }
 
-  /** The variant, the measurements in force, their digest, the config generation and the decision counters. */
+  /**
+   * The variant, the measurements in force, their digest, the config
+   * generation, the decision counters and the most recent decisions (their
+   * audit entries, which hold no secret).
+   */
   status(): GetStatusResponse {
     const state = this.#deps.attestation.current();
+    const { decisions } = this.#deps.metrics;
     const counters: Record<string, bigint> = {};
-    for (const [labels, value] of this.#deps.metrics.decisions.entries()) {
+    for (const [labels, value] of decisions.entries()) {
       counters[labels || "total"] = BigInt(value);
     }
     return create(GetStatusResponseSchema, {
@@ -355,6 +364,29 @@ export class JoinService {
       startedAtUnixMs: BigInt(this.#startedAt),
       measurements: [...state.config.measurements.entries()].sort(([a], [b]) => a - b).map(([index, m]) =>
         create(MeasurementSchema, { index, expected: m.expected.toHex(), warnOnly: m.warnOnly })
+      ),
+      decisionCounts: decisions.series().map(({ labels, value }) =>
+        create(DecisionCountSchema, {
+          method: labels.method ?? "",
+          outcome: labels.outcome ?? "",
+          reason: labels.reason ?? "",
+          count: BigInt(value),
+        })
+      ),
+      recentDecisions: this.#recent.list().map((entry) =>
+        create(DecisionSchema, {
+          timeUnixMs: BigInt(entry.timeUnixMs),
+          method: entry.method,
+          peer: entry.peer,
+          role: entry.role,
+          nodeName: entry.nodeName ?? "",
+          diskUuid: entry.diskUuid,
+          outcome: entry.outcome,
+          reason: entry.reason ?? "",
+          code: entry.code ?? "",
+          message: entry.error ?? "",
+          keyDigest: entry.keyDigest ?? "",
+        })
       ),
     });
   }
@@ -382,7 +414,7 @@ export class JoinService {
     role: RequestRole,
     issue: (decision: Decision) => Promise<T>,
   ): Promise<T> {
-    const { audit, metrics, logger } = this.#deps;
+    const { metrics, logger } = this.#deps;
     const state = this.#deps.attestation.current();
     const decision: Decision = {
       state,
@@ -398,7 +430,7 @@ export class JoinService {
     try {
       const result = await issue(decision);
       metrics.decisions.inc({ method, outcome: "issued", reason: "" });
-      audit.write({ ...decision.audit, outcome: "issued" });
+      this.#record({ ...decision.audit, outcome: "issued" });
       return result;
     } catch (error) {
       const rejection = asRejection(error);
@@ -411,7 +443,7 @@ export class JoinService {
         });
       }
       metrics.decisions.inc({ method, outcome: "rejected", reason: rejection.reason });
-      audit.write({
+      this.#record({
         ...decision.audit,
         keyDigest: decision.audit.keyDigest ?? rejection.keyDigest,
         outcome: "rejected",
@@ -421,6 +453,12 @@ export class JoinService {
       });
       throw toConnectError(rejection);
     }
+  }
+
+  /** Writes a decision's audit entry and keeps it among the recent ones. */
+  #record(entry: AuditEntry): void {
+    this.#deps.audit.write(entry);
+    this.#recent.add(entry, this.#deps.clock.now());
   }
 }
 

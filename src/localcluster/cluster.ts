@@ -43,6 +43,7 @@ import {
 } from "./node.ts";
 import { nextPhase, type NodePhase, type PhaseState } from "./phase.ts";
 import {
+  JOIN_SERVICE_BROWSER_PORT,
   JOIN_SERVICE_NODE_PORT,
   joinServiceArgs,
   KEY_SERVICE_PORT,
@@ -66,6 +67,8 @@ const NETNS_METADATA_PORT = 8080;
 const NODE_INIT_PORT = 9000;
 /** The Kubernetes API's port in a netns network. */
 const NETNS_API_PORT = 6443;
+/** The bootstrapper's browser port (GetAttestation for the console) in a netns network. */
+const NODE_BROWSER_PORT = 9001;
 /** A process's "listening" log line with its port (bootstrapper, services, local API). */
 const LISTENING = BOOTSTRAPPER_LISTENING;
 
@@ -83,6 +86,12 @@ export interface LocalClusterOptions {
   kubernetesVersion?: string;
   /** How long to wait for every node to join (default {@linkcode DEFAULT_UP_TIMEOUT_MS}). */
   timeoutMs?: number;
+  /**
+   * Web origins whose pages may call the nodes' and join services' browser
+   * ports (the console's, e.g. `http://127.0.0.1:9080`); default none. The
+   * browser ports run either way.
+   */
+  corsAllowOrigins?: readonly string[];
   /** Called after every change of the status (phases, processes). */
   onChange?: (status: ClusterStatus) => void;
   /** Aborting stops the start-up; the cluster is torn down. */
@@ -444,6 +453,8 @@ class Cluster implements LocalCluster {
       joinServicePort: this.#joinServicePort,
       keyServiceEndpoint: "",
       apiServerEndpoint: this.#apiEndpoint,
+      browserPort: netns ? JOIN_SERVICE_BROWSER_PORT : 0,
+      corsAllowOrigins: this.#options.corsAllowOrigins ?? [],
     };
     const keyService = await this.#spawn(
       `${name}/key-service`,
@@ -458,6 +469,8 @@ class Cluster implements LocalCluster {
     );
     node.services.push(joinService);
     node.status.joinServiceEndpoint = `${node.network.reachableAddress}:${joinService.port}`;
+    const browserPort = await browserPortOf(joinService);
+    node.status.statusEndpoint = `${node.network.reachableAddress}:${browserPort}`;
     await this.#changed();
   }
 
@@ -466,6 +479,7 @@ class Cluster implements LocalCluster {
     for (const service of node.services.reverse()) await service.stop(signal);
     node.services = [];
     delete node.status.joinServiceEndpoint;
+    delete node.status.statusEndpoint;
     await this.#changed();
   }
 
@@ -554,6 +568,8 @@ class Cluster implements LocalCluster {
         ...flags,
         ...["--port", String(netns ? NODE_INIT_PORT : 0)],
         ...["--join-service-port", String(this.#joinServicePort)],
+        ...["--browser-port", String(netns ? NODE_BROWSER_PORT : 0)],
+        ...(this.#options.corsAllowOrigins ?? []).flatMap((origin) => ["--cors-allow-origin", origin]),
       ],
     });
   }
@@ -574,9 +590,11 @@ class Cluster implements LocalCluster {
     });
     node.bootstrapper = process;
     node.status.initEndpoint = `${node.network.reachableAddress}:${process.port}`;
+    node.status.attestationEndpoint = `${node.network.reachableAddress}:${await browserPortOf(process)}`;
     process.status.then((status) => {
       if (node.bootstrapper !== process) return;
       delete node.status.initEndpoint;
+      delete node.status.attestationEndpoint;
       if (status.code !== 0 && !this.#closed && node.status.phase !== "joined") {
         node.status.phase = "failed";
         node.status.reason ??= `bootstrapper exited with status ${status.code}`;
@@ -726,6 +744,14 @@ class Cluster implements LocalCluster {
       },
     };
   }
+}
+
+/** The browser port in a "listening" line (the bootstrapper's and the join service's). */
+const BROWSER_PORT = /"msg":"listening".*"browserPort":(\d+)/;
+
+/** The browser port `process` announced in its "listening" line. */
+async function browserPortOf(process: RunningService): Promise<number> {
+  return Number(BROWSER_PORT.exec(await process.waitForLine(BROWSER_PORT, 1_000))![1]);
 }
 
 /** The join service's log line when it (re)loaded the attestation config. */

@@ -3,7 +3,9 @@
  *
  * @module
  */
+import { consoleOrigin } from "../console/address.ts";
 import { parseCount, parseFlags, parsePositive, UsageError } from "../flags/flags.ts";
+import { OriginError, parseOrigin } from "../rpc/cors.ts";
 import type { NetworkKind } from "./network.ts";
 
 /** The state directory when none is given (relative to the working directory). */
@@ -20,6 +22,7 @@ export type ClusterCommand =
     workers: number;
     network: NetworkKind | "auto";
     timeoutMs: number;
+    corsAllowOrigins: string[];
   }
   | { command: "down"; stateDir: string }
   | { command: "status"; stateDir: string; output: "table" | "json" };
@@ -47,6 +50,9 @@ Flags:
   --network <kind>         up: netns (root: a namespace and address per node),
                            loopback, or auto (default: netns when root)
   --timeout <seconds>      up: how long nodes may take to join (default 300)
+  --cors-allow-origin <o>  up: a web origin whose pages may call the nodes' and join
+                           services' browser ports; repeatable (default ${consoleOrigin()},
+                           the browser console's: deno task console --local-cluster <state-dir>)
   --output <table|json>    status: output format (default table)
   --help                   show this help
 
@@ -70,6 +76,7 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
     network: { type: "string", default: "auto" },
     timeout: { type: "string", default: "300" },
     output: { type: "string", default: "table" },
+    "cors-allow-origin": { type: "string", multiple: true },
   }, `cluster ${command}`);
   const stateDir = flags["state-dir"];
   if (stateDir === "") throw new UsageError("--state-dir must not be empty");
@@ -91,6 +98,14 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
         workers,
         network,
         timeoutMs: Math.round(parsePositive(flags.timeout, "--timeout") * 1000),
+        corsAllowOrigins: (flags["cors-allow-origin"] ?? [consoleOrigin()]).map((origin) => {
+          try {
+            return parseOrigin(origin);
+          } catch (error) {
+            if (error instanceof OriginError) throw new UsageError(`--cors-allow-origin: ${error.message}`);
+            throw error;
+          }
+        }),
       };
     }
     case "status": {

@@ -80,6 +80,7 @@ async function up(command: Extract<ClusterCommand, { command: "up" }>, stateDir:
         workers: command.workers,
         network: command.network,
         timeoutMs: command.timeoutMs,
+        corsAllowOrigins: command.corsAllowOrigins,
         onChange: (status) => view.update(status),
         signal: stop.signal,
       });

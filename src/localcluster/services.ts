@@ -21,6 +21,8 @@ export const KEY_SERVICE_PORT = 9000;
 export const JOIN_SERVICE_NODE_PORT = 30090;
 /** The join service's metrics port. */
 export const JOIN_SERVICE_METRICS_PORT = 9091;
+/** The join service's browser port (GetStatus for the console). */
+export const JOIN_SERVICE_BROWSER_PORT = 30092;
 
 /** Where the cluster is and who may publish its cluster-info. */
 export interface ClusterInfoOptions {
@@ -109,6 +111,10 @@ export interface ServiceArgsOptions {
   keyServiceEndpoint: string;
   /** `host:port` of the Kubernetes API, as the join service dials it and hands it to nodes. */
   apiServerEndpoint: string;
+  /** The join service's browser port (GetStatus for web pages; 0 picks a free one); none when absent. */
+  browserPort?: number;
+  /** Web origins whose pages may call the browser port. */
+  corsAllowOrigins?: readonly string[];
 }
 
 /**
@@ -147,5 +153,7 @@ export function joinServiceArgs(options: ServiceArgsOptions): string[] {
     ...["--config-dir", options.configDir, "--kubernetes-dir", options.kubernetesDir],
     ...["--port", String(options.joinServicePort), "--listen-address", options.bindAddress],
     ...["--metrics-port", "0", "--metrics-address", options.bindAddress],
+    ...(options.browserPort === undefined ? [] : ["--browser-port", String(options.browserPort)]),
+    ...(options.corsAllowOrigins ?? []).flatMap((origin) => ["--cors-allow-origin", origin]),
   ];
 }

@@ -31,6 +31,10 @@ export interface NodeStatus extends PhaseState {
   initEndpoint?: string;
   /** `host:port` of its join service, when it runs one. */
   joinServiceEndpoint?: string;
+  /** `host:port` of its bootstrapper's browser port (`GetAttestation` for the console), while it listens. */
+  attestationEndpoint?: string;
+  /** `host:port` of its join service's browser port (`GetStatus` for the console), when it runs one. */
+  statusEndpoint?: string;
   /** Its bootstrapper's log file. */
   log: string;
 }

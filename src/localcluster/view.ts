@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { consoleOrigin } from "../console/address.ts";
 import type { ClusterStatus, NodeStatus } from "./status.ts";
 
 /** Shows phase changes as they happen. */
@@ -115,6 +116,9 @@ export function summary(status: ClusterStatus, cwd: string): string {
     "",
     "Look inside:",
     `  kubectl --kubeconfig ${path(status.kubeconfig)} get joiningnodes,secrets -n kube-system`,
+    `  deno task console --local-cluster ${
+      path(status.stateDir)
+    }   (the browser console, ${consoleOrigin()}/)`,
   ];
   if (waiting !== undefined) {
     lines.push(

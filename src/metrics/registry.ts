@@ -32,12 +32,14 @@ function withBraces(key: string): string {
 /** A monotonically increasing counter. */
 export class Counter implements Metric {
   readonly #values = new Map<string, number>();
+  readonly #labels = new Map<string, Labels>();
   /** A counter named `name` with help text `help`. */
   constructor(readonly name: string, readonly help: string) {}
 
   /** Adds `by` (default 1) to the series with these labels. */
   inc(labels: Labels = {}, by = 1): void {
     const key = labelKey(labels);
+    if (!this.#labels.has(key)) this.#labels.set(key, { ...labels });
     this.#values.set(key, (this.#values.get(key) ?? 0) + by);
   }
 
@@ -49,6 +51,11 @@ export class Counter implements Metric {
   /** Every series as `labels → value` in exposition label syntax. */
   entries(): [string, number][] {
     return [...this.#values.entries()];
+  }
+
+  /** Every series with its labels as given to {@linkcode Counter.inc}. */
+  series(): { labels: Labels; value: number }[] {
+    return [...this.#values].map(([key, value]) => ({ labels: { ...this.#labels.get(key) }, value }));
   }
 
   /** The counter in the exposition format. */

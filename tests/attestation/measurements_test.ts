@@ -162,15 +162,15 @@ Deno.test("marshalMeasurements is canonical: numeric key order, lower-case hex, 
   assert.equal(marshalMeasurements(new Map()), "{}");
 });
 
-Deno.test("measurementsDigest is SHA-256 of the canonical JSON, stable across spellings", () => {
+Deno.test("measurementsDigest is SHA-256 of the canonical JSON, stable across spellings", async () => {
   const a = parseMeasurements({ "4": { expected: A32, warnOnly: false }, "12": B32 });
   const b = parseMeasurements({ "12": { expected: B32.toUpperCase() }, "4": A32 });
-  const digest = measurementsDigest(a);
+  const digest = await measurementsDigest(a);
   assert.match(digest, /^[0-9a-f]{64}$/);
   assert.equal(digest, createHash("sha256").update(marshalMeasurements(a)).digest("hex"));
-  assert.equal(measurementsDigest(b), digest);
+  assert.equal(await measurementsDigest(b), digest);
   const warnOnly = parseMeasurements({ "4": { expected: A32, warnOnly: true }, "12": B32 });
-  assert.notEqual(measurementsDigest(warnOnly), digest);
+  assert.notEqual(await measurementsDigest(warnOnly), digest);
 });
 
 Deno.test("diffMeasurements lists added, removed and changed indices", () => {

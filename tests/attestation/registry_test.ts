@@ -1,10 +1,6 @@
 import assert from "node:assert/strict";
-import {
-  createIssuer,
-  createValidator,
-  knownVariants,
-  UnknownVariantError,
-} from "../../src/attestation/registry.ts";
+import { createValidator, knownVariants, UnknownVariantError } from "../../src/attestation/registry.ts";
+import { createIssuer } from "../../src/attestation/issuers.ts";
 import { DummyIssuer, DummyValidator } from "../../src/attestation/dummy.ts";
 import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
 import { parseAttestationConfig } from "../../src/attestation/config.ts";

@@ -134,7 +134,7 @@ Deno.test("start loads the config, builds its validator and logs a summary", asy
       assert.equal(state.generation, 1);
       assert.equal(state.config.variant, "dummy");
       assert.equal(state.validator.variant, "dummy");
-      assert.equal(state.digest, measurementsDigest(parseMeasurements({ "4": "aa".repeat(32) })));
+      assert.equal(state.digest, await measurementsDigest(parseMeasurements({ "4": "aa".repeat(32) })));
       const loaded = lines.find((line) => line.msg === "attestation config loaded");
       assert.ok(loaded);
       assert.equal(loaded.generation, 1);
@@ -163,7 +163,7 @@ Deno.test("a plain write is reloaded, and the change is logged", async () => {
       assert.equal(watcher.current(), after);
       assert.notEqual(after.validator, before.validator);
       assert.notEqual(after.digest, before.digest);
-      assert.equal(after.digest, measurementsDigest(parseMeasurements({ "4": "bb".repeat(32) })));
+      assert.equal(after.digest, await measurementsDigest(parseMeasurements({ "4": "bb".repeat(32) })));
       assert.deepEqual(changes, [2]);
       const line = await logged;
       assert.equal(line.level, "info");

@@ -1,10 +1,18 @@
 import assert from "node:assert/strict";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { generateKeyPair } from "../../src/atls/hpke.ts";
 import { API, type InitResponse } from "../../src/gen/init/init_pb.ts";
 import { initCluster, type InitError, type InitParameters } from "../../src/init/client.ts";
 import { initReportData, sealInitRequest } from "../../src/init/protocol.ts";
-import { DEFAULT_ATTESTATION_KEY_LIFETIME_MS } from "../../src/bootstrapper/initserver.ts";
+import {
+  DEFAULT_ATTESTATION_KEY_LIFETIME_MS,
+  SHOW_ATTESTATION_CONCURRENCY,
+  SHOW_ATTESTATION_QUEUE,
+} from "../../src/bootstrapper/initserver.ts";
+import { parseOperatorAttestationConfig } from "../../src/attestation/config.ts";
+import { DummyIssuer } from "../../src/attestation/dummy.ts";
+import { silentLogger } from "../../src/log/logger.ts";
+import { evidenceFromAnswer, verifyNodeEvidence } from "../../src/verification/report.ts";
 import {
   CLUSTER_ID,
   DISK_KEY,
@@ -344,6 +352,70 @@ Deno.test("init server", async (t) => {
     w.clock.advance(DEFAULT_ATTESTATION_KEY_LIFETIME_MS);
     await client(w).getAttestation({ nonce: new Uint8Array(32).fill(3) });
   });
+
+  await t.step(
+    "the browser port's GetAttestation: the same evidence, no key held, busy past its queue",
+    async () => {
+      let release = () => {};
+      const gate = new Promise<void>((resolve) => release = resolve);
+      let gated = false;
+      const dummy = new DummyIssuer(silentLogger);
+      const w = world({
+        options: { maxAttestationKeys: 1 },
+        issuer: {
+          variant: dummy.variant,
+          issue: async (data) => {
+            if (gated) await gate;
+            return await dummy.issue(data);
+          },
+        },
+      });
+      const browser = createClient(
+        API,
+        createRouterTransport((router) =>
+          router.rpc(API.method.getAttestation, w.server.browserHandlers().getAttestation)
+        ),
+      );
+      const nonce = crypto.getRandomValues(new Uint8Array(32));
+      const shown = await browser.getAttestation({ nonce });
+      const config = parseOperatorAttestationConfig('{"variant":"dummy"}');
+      const result = await verifyNodeEvidence(evidenceFromAnswer("node", nonce, shown), config, {
+        logger: silentLogger,
+      });
+      assert.equal(result.passed, true, "the evidence is bound to the nonce and the shown key");
+
+      // Shown keys are not held: more than the map holds, and the init server's own key still fits.
+      for (let i = 0; i < 3; i++) {
+        await browser.getAttestation({
+          nonce: crypto.getRandomValues(new Uint8Array(32)),
+        });
+      }
+      const held = await attested(w);
+      // No Init can follow a shown key: its nonce names no held key.
+      const sealed = await sealInitRequest(
+        { ...initParameters(), clientPublicKey: held.clientKeys.publicKey } as never,
+        { publicKey: shown.publicKey, reportData: await initReportData(nonce, shown.publicKey) },
+      );
+      await rejects(client(w).init({ sealed, attestationNonce: nonce }), Code.PermissionDenied, /nonce/);
+      assert.deepEqual(w.calls, []);
+
+      // One quote at a time and a few waiting; the rest are told the node is busy.
+      gated = true;
+      const waiting = Array.from(
+        { length: SHOW_ATTESTATION_CONCURRENCY + SHOW_ATTESTATION_QUEUE },
+        () => browser.getAttestation({ nonce: crypto.getRandomValues(new Uint8Array(32)) }),
+      );
+      const busy = await browser.getAttestation({ nonce: crypto.getRandomValues(new Uint8Array(32)) }).then(
+        () => assert.fail("succeeded"),
+        (error) => error,
+      );
+      assert.ok(busy instanceof ConnectError);
+      assert.equal(busy.code, Code.ResourceExhausted);
+      assert.match(busy.rawMessage, /busy producing attestation evidence; retry later/);
+      release();
+      await Promise.all(waiting);
+    },
+  );
 
   await t.step("an issuer failure: Unavailable, and the client says unavailable", async () => {
     const w = world({ issuer: { variant: "dummy", issue: () => Promise.reject(new Error("TPM gone")) } });

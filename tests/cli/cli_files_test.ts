@@ -14,8 +14,8 @@ import {
   readMasterSecretFile,
 } from "../../src/cli/master_secret_file.ts";
 import { recoverDiskKey, runRecover } from "../../src/cli/recover.ts";
-import { renderVerifyJson, renderVerifyTable } from "../../src/cli/verify_report.ts";
-import type { VerifyResult } from "../../src/cli/verify.ts";
+import { renderVerifyTable } from "../../src/cli/verify_report.ts";
+import { renderVerifyJson, type VerifyResult } from "../../src/verification/report.ts";
 import { UsageError } from "../../src/flags/flags.ts";
 
 const bytes = (from: number) => Uint8Array.from({ length: 32 }, (_, i) => from + i);

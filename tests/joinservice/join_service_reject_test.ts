@@ -211,14 +211,14 @@ Deno.test("the join service process rejects malformed and malicious requests wit
     async () => {
       const original = cluster.attestationConfig;
       const status = await client.getStatus({});
-      assert.equal(status.measurementsDigest, digestOf(original));
+      assert.equal(status.measurementsDigest, await digestOf(original));
       const changed: AttestationConfigJson = structuredClone(original);
       changed.measurements["4"] = { expected: "aa".repeat(32), warnOnly: false };
       changed.measurements["9"] = { expected: "bb".repeat(32), warnOnly: false };
 
       await cluster.writeAttestationConfig(changed);
       const reloaded = await cluster.waitForConfigGeneration(status.configGeneration + 1n);
-      assert.equal(reloaded.measurementsDigest, digestOf(changed));
+      assert.equal(reloaded.measurementsDigest, await digestOf(changed));
       assert.notEqual(reloaded.measurementsDigest, status.measurementsDigest);
       assert.deepEqual(
         reloaded.measurements.filter((m) => m.index === 4 || m.index === 9).map((
@@ -378,7 +378,7 @@ Deno.test("the join service process rejects malformed and malicious requests wit
   );
 });
 
-/** The audit lines of the cluster's join service. */
-function digestOf(config: AttestationConfigJson): string {
+/** The digest of `config`'s measurements, as GetStatus reports it. */
+function digestOf(config: AttestationConfigJson): Promise<string> {
   return measurementsDigest(parseMeasurements(config.measurements));
 }

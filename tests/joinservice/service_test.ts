@@ -15,6 +15,7 @@ import {
 import { PoolFullError, WorkPool } from "../../src/limits/pool.ts";
 import { PeerRateLimiter, TokenBucket } from "../../src/limits/ratelimiter.ts";
 import { JoinService } from "../../src/joinservice/service.ts";
+import { type AuditEntry, RecentDecisions } from "../../src/joinservice/audit.ts";
 import { CONTROL_PLANE_ANY_KEY_WARNING } from "../../src/attestation/watcher.ts";
 import { expectConnectError } from "../support/connect_error.ts";
 import {
@@ -544,4 +545,58 @@ Deno.test("status: the variant, measurements, digest, generation and counters", 
   ]]);
   assert.deepEqual(status.counters, { 'method="IssueJoinTicket",outcome="issued",reason=""': 1n });
   assert.equal(status.startedAtUnixMs, BigInt(world.clock.now()));
+});
+
+Deno.test("status: decisions counted by method, outcome and reason; recent ones newest first, no secrets", async () => {
+  const world = fakeDependencies();
+  const service = new JoinService(world.deps);
+  const handlers = service.handlers();
+  const decide = (request: IssueJoinTicketRequest) =>
+    Promise.resolve(handlers.issueJoinTicket(request, fakeContext({ peer: FAKE_PEER }))).catch(() => {});
+  await decide(fakeJoinRequest());
+  world.clock.advance(1_000);
+  await decide(fakeJoinRequest({ diskUuid: "measurementSecret" }));
+  world.clock.advance(1_000);
+  await decide(fakeJoinRequest({ certificateRequest: new Uint8Array() }));
+
+  const status = service.status();
+  const counts = status.decisionCounts.map((c) => [c.method, c.outcome, c.reason, c.count]);
+  assert.deepEqual(counts.toSorted(), [
+    ["IssueJoinTicket", "issued", "", 1n],
+    ["IssueJoinTicket", "rejected", "malformed-request", 2n],
+  ]);
+  assert.deepEqual(status.recentDecisions.map((d) => [d.outcome, d.reason, d.code, d.peer, d.role]), [
+    ["rejected", "malformed-request", "InvalidArgument", FAKE_PEER, "worker"],
+    ["rejected", "malformed-request", "InvalidArgument", FAKE_PEER, "worker"],
+    ["issued", "", "", FAKE_PEER, "worker"],
+  ]);
+  const [newest, , oldest] = status.recentDecisions;
+  assert.equal(newest.timeUnixMs - oldest.timeUnixMs, 2_000n);
+  assert.equal(oldest.nodeName, world.audit[0].nodeName);
+  assert.equal(newest.message, "certificate_request is empty");
+  // What the dashboard shows is the audit entry: no ticket, token or key material.
+  const shown = JSON.stringify(
+    status.recentDecisions,
+    (_, value) => typeof value === "bigint" ? String(value) : value,
+  );
+  for (const secret of ["token", "stateDiskKey", 'measurementSecret":']) {
+    assert.ok(!shown.includes(secret), secret);
+  }
+});
+
+Deno.test("recent decisions keep at most their limit, newest first", () => {
+  const recent = new RecentDecisions(2);
+  const entry = (nodeName: string): AuditEntry => ({
+    method: "IssueJoinTicket",
+    peer: FAKE_PEER,
+    variant: "qemu-vtpm",
+    measurementsDigest: "ab".repeat(32),
+    diskUuid: DISK_UUID,
+    role: "worker",
+    nodeName,
+    outcome: "issued",
+  });
+  for (const [i, name] of ["a", "b", "c"].entries()) recent.add(entry(name), i);
+  assert.deepEqual(recent.list().map((e) => [e.nodeName, e.timeUnixMs]), [["c", 2], ["b", 1]]);
+  assert.throws(() => new RecentDecisions(0), RangeError);
 });

@@ -47,6 +47,9 @@ import {
 /** Length of a SHA-256 PCR value. */
 export const SHA256_PCR_LENGTH = 32;
 
+/** The PCRs every quote covers (the issuer quotes them; a config can only expect these). */
+export const QUOTED_PCRS: readonly number[] = Array.from({ length: 16 }, (_, i) => i);
+
 /** The contents of a document, as an issuer provides them. */
 export interface TpmDocumentFields {
   /** Always `qemu-vtpm`. */

@@ -69,7 +69,13 @@ import {
   REPORT_DATA_LENGTH,
 } from "../attestation.ts";
 import type { Logger } from "../../log/logger.ts";
-import { encodeDocument, pcrDigest, SHA256_PCR_LENGTH, type TpmDocumentFields } from "./document.ts";
+import {
+  encodeDocument,
+  pcrDigest,
+  QUOTED_PCRS,
+  SHA256_PCR_LENGTH,
+  type TpmDocumentFields,
+} from "./document.ts";
 import { readPcrs } from "./pcr.ts";
 import { TpmParseError } from "./reader.ts";
 import { parsePublic, parseQuote, publicKeyDigest } from "./structures.ts";
@@ -84,9 +90,6 @@ import { QEMU_VTPM_VARIANT } from "./validator.ts";
 
 /** Where Linux exposes the firmware's TCG event log (a value for {@linkcode TpmIssuerOptions.eventLogPath}). */
 export const DEFAULT_EVENT_LOG_PATH = "/sys/kernel/security/tpm0/binary_bios_measurements";
-
-/** The PCRs every quote covers. */
-export const QUOTED_PCRS: readonly number[] = Array.from({ length: 16 }, (_, i) => i);
 
 /** Options of {@linkcode TpmIssuer.create}. */
 export interface TpmIssuerOptions {

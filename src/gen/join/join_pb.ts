@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file join/join.proto.
  */
 export const file_join_join: GenFile = /*@__PURE__*/
-  fileDesc("Cg9qb2luL2pvaW4ucHJvdG8SBGpvaW4izwEKFklzc3VlSm9pblRpY2tldFJlcXVlc3QSEQoJZGlza191dWlkGAEgASgJEhsKE2NlcnRpZmljYXRlX3JlcXVlc3QYAiABKAwSGAoQaXNfY29udHJvbF9wbGFuZRgDIAEoCBIXCg9ob3N0X3B1YmxpY19rZXkYBCABKAwSIwobaG9zdF9jZXJ0aWZpY2F0ZV9wcmluY2lwYWxzGAUgAygJEi0KC2F0dGVzdGF0aW9uGGQgASgLMhguYXRscy52MS5BdHRlc3RlZFJlcXVlc3QiuAMKF0lzc3VlSm9pblRpY2tldFJlc3BvbnNlEhYKDnN0YXRlX2Rpc2tfa2V5GAEgASgMEhgKEG1lYXN1cmVtZW50X3NhbHQYAiABKAwSGgoSbWVhc3VyZW1lbnRfc2VjcmV0GAMgASgMEhQKDGt1YmVsZXRfY2VydBgEIAEoDBIbChNhcGlfc2VydmVyX2VuZHBvaW50GAUgASgJEg0KBXRva2VuGAYgASgJEiQKHGRpc2NvdmVyeV90b2tlbl9jYV9jZXJ0X2hhc2gYByABKAkSOAoTY29udHJvbF9wbGFuZV9maWxlcxgIIAMoCzIbLmpvaW4uQ29udHJvbFBsYW5lQ2VydE9yS2V5EhoKEmt1YmVybmV0ZXNfdmVyc2lvbhgJIAEoCRI0ChVrdWJlcm5ldGVzX2NvbXBvbmVudHMYCiADKAsyFS5jb21wb25lbnRzLkNvbXBvbmVudBIgChhhdXRob3JpemVkX2NhX3B1YmxpY19rZXkYCyABKAwSGAoQaG9zdF9jZXJ0aWZpY2F0ZRgMIAEoDBIfCgZzZWFsZWQYZCABKAsyDy5hdGxzLnYxLlNlYWxlZCIzChVDb250cm9sUGxhbmVDZXJ0T3JLZXkSDAoEbmFtZRgBIAEoCRIMCgRkYXRhGAIgASgMIlwKGElzc3VlUmVqb2luVGlja2V0UmVxdWVzdBIRCglkaXNrX3V1aWQYASABKAkSLQoLYXR0ZXN0YXRpb24YZCABKAsyGC5hdGxzLnYxLkF0dGVzdGVkUmVxdWVzdCJwChlJc3N1ZVJlam9pblRpY2tldFJlc3BvbnNlEhYKDnN0YXRlX2Rpc2tfa2V5GAEgASgMEhoKEm1lYXN1cmVtZW50X3NlY3JldBgCIAEoDBIfCgZzZWFsZWQYZCABKAsyDy5hdGxzLnYxLlNlYWxlZCIVChNHZXRDaGFsbGVuZ2VSZXF1ZXN0IkEKFEdldENoYWxsZW5nZVJlc3BvbnNlEg0KBW5vbmNlGAEgASgMEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgCIAEoAyISChBHZXRTdGF0dXNSZXF1ZXN0IpcCChFHZXRTdGF0dXNSZXNwb25zZRIbChNhdHRlc3RhdGlvbl92YXJpYW50GAEgASgJEhsKE21lYXN1cmVtZW50c19kaWdlc3QYAiABKAkSGQoRY29uZmlnX2dlbmVyYXRpb24YAyABKAQSNwoIY291bnRlcnMYBCADKAsyJS5qb2luLkdldFN0YXR1c1Jlc3BvbnNlLkNvdW50ZXJzRW50cnkSGgoSc3RhcnRlZF9hdF91bml4X21zGAUgASgDEicKDG1lYXN1cmVtZW50cxgGIAMoCzIRLmpvaW4uTWVhc3VyZW1lbnQaLwoNQ291bnRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBIkEKC01lYXN1cmVtZW50Eg0KBWluZGV4GAEgASgNEhAKCGV4cGVjdGVkGAIgASgJEhEKCXdhcm5fb25seRgDIAEoCDKwAgoDQVBJEk4KD0lzc3VlSm9pblRpY2tldBIcLmpvaW4uSXNzdWVKb2luVGlja2V0UmVxdWVzdBodLmpvaW4uSXNzdWVKb2luVGlja2V0UmVzcG9uc2USVAoRSXNzdWVSZWpvaW5UaWNrZXQSHi5qb2luLklzc3VlUmVqb2luVGlja2V0UmVxdWVzdBofLmpvaW4uSXNzdWVSZWpvaW5UaWNrZXRSZXNwb25zZRJFCgxHZXRDaGFsbGVuZ2USGS5qb2luLkdldENoYWxsZW5nZVJlcXVlc3QaGi5qb2luLkdldENoYWxsZW5nZVJlc3BvbnNlEjwKCUdldFN0YXR1cxIWLmpvaW4uR2V0U3RhdHVzUmVxdWVzdBoXLmpvaW4uR2V0U3RhdHVzUmVzcG9uc2ViBnByb3RvMw", [file_atls_v1_atls, file_components_components]);
+  fileDesc("Cg9qb2luL2pvaW4ucHJvdG8SBGpvaW4izwEKFklzc3VlSm9pblRpY2tldFJlcXVlc3QSEQoJZGlza191dWlkGAEgASgJEhsKE2NlcnRpZmljYXRlX3JlcXVlc3QYAiABKAwSGAoQaXNfY29udHJvbF9wbGFuZRgDIAEoCBIXCg9ob3N0X3B1YmxpY19rZXkYBCABKAwSIwobaG9zdF9jZXJ0aWZpY2F0ZV9wcmluY2lwYWxzGAUgAygJEi0KC2F0dGVzdGF0aW9uGGQgASgLMhguYXRscy52MS5BdHRlc3RlZFJlcXVlc3QiuAMKF0lzc3VlSm9pblRpY2tldFJlc3BvbnNlEhYKDnN0YXRlX2Rpc2tfa2V5GAEgASgMEhgKEG1lYXN1cmVtZW50X3NhbHQYAiABKAwSGgoSbWVhc3VyZW1lbnRfc2VjcmV0GAMgASgMEhQKDGt1YmVsZXRfY2VydBgEIAEoDBIbChNhcGlfc2VydmVyX2VuZHBvaW50GAUgASgJEg0KBXRva2VuGAYgASgJEiQKHGRpc2NvdmVyeV90b2tlbl9jYV9jZXJ0X2hhc2gYByABKAkSOAoTY29udHJvbF9wbGFuZV9maWxlcxgIIAMoCzIbLmpvaW4uQ29udHJvbFBsYW5lQ2VydE9yS2V5EhoKEmt1YmVybmV0ZXNfdmVyc2lvbhgJIAEoCRI0ChVrdWJlcm5ldGVzX2NvbXBvbmVudHMYCiADKAsyFS5jb21wb25lbnRzLkNvbXBvbmVudBIgChhhdXRob3JpemVkX2NhX3B1YmxpY19rZXkYCyABKAwSGAoQaG9zdF9jZXJ0aWZpY2F0ZRgMIAEoDBIfCgZzZWFsZWQYZCABKAsyDy5hdGxzLnYxLlNlYWxlZCIzChVDb250cm9sUGxhbmVDZXJ0T3JLZXkSDAoEbmFtZRgBIAEoCRIMCgRkYXRhGAIgASgMIlwKGElzc3VlUmVqb2luVGlja2V0UmVxdWVzdBIRCglkaXNrX3V1aWQYASABKAkSLQoLYXR0ZXN0YXRpb24YZCABKAsyGC5hdGxzLnYxLkF0dGVzdGVkUmVxdWVzdCJwChlJc3N1ZVJlam9pblRpY2tldFJlc3BvbnNlEhYKDnN0YXRlX2Rpc2tfa2V5GAEgASgMEhoKEm1lYXN1cmVtZW50X3NlY3JldBgCIAEoDBIfCgZzZWFsZWQYZCABKAsyDy5hdGxzLnYxLlNlYWxlZCIVChNHZXRDaGFsbGVuZ2VSZXF1ZXN0IkEKFEdldENoYWxsZW5nZVJlc3BvbnNlEg0KBW5vbmNlGAEgASgMEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgCIAEoAyISChBHZXRTdGF0dXNSZXF1ZXN0Iu8CChFHZXRTdGF0dXNSZXNwb25zZRIbChNhdHRlc3RhdGlvbl92YXJpYW50GAEgASgJEhsKE21lYXN1cmVtZW50c19kaWdlc3QYAiABKAkSGQoRY29uZmlnX2dlbmVyYXRpb24YAyABKAQSNwoIY291bnRlcnMYBCADKAsyJS5qb2luLkdldFN0YXR1c1Jlc3BvbnNlLkNvdW50ZXJzRW50cnkSGgoSc3RhcnRlZF9hdF91bml4X21zGAUgASgDEicKDG1lYXN1cmVtZW50cxgGIAMoCzIRLmpvaW4uTWVhc3VyZW1lbnQSLAoPZGVjaXNpb25fY291bnRzGAcgAygLMhMuam9pbi5EZWNpc2lvbkNvdW50EigKEHJlY2VudF9kZWNpc2lvbnMYCCADKAsyDi5qb2luLkRlY2lzaW9uGi8KDUNvdW50ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJPCg1EZWNpc2lvbkNvdW50Eg4KBm1ldGhvZBgBIAEoCRIPCgdvdXRjb21lGAIgASgJEg4KBnJlYXNvbhgDIAEoCRINCgVjb3VudBgEIAEoBCLGAQoIRGVjaXNpb24SFAoMdGltZV91bml4X21zGAEgASgDEg4KBm1ldGhvZBgCIAEoCRIMCgRwZWVyGAMgASgJEgwKBHJvbGUYBCABKAkSEQoJbm9kZV9uYW1lGAUgASgJEhEKCWRpc2tfdXVpZBgGIAEoCRIPCgdvdXRjb21lGAcgASgJEg4KBnJlYXNvbhgIIAEoCRIMCgRjb2RlGAkgASgJEg8KB21lc3NhZ2UYCiABKAkSEgoKa2V5X2RpZ2VzdBgLIAEoCSJBCgtNZWFzdXJlbWVudBINCgVpbmRleBgBIAEoDRIQCghleHBlY3RlZBgCIAEoCRIRCgl3YXJuX29ubHkYAyABKAgysAIKA0FQSRJOCg9Jc3N1ZUpvaW5UaWNrZXQSHC5qb2luLklzc3VlSm9pblRpY2tldFJlcXVlc3QaHS5qb2luLklzc3VlSm9pblRpY2tldFJlc3BvbnNlElQKEUlzc3VlUmVqb2luVGlja2V0Eh4uam9pbi5Jc3N1ZVJlam9pblRpY2tldFJlcXVlc3QaHy5qb2luLklzc3VlUmVqb2luVGlja2V0UmVzcG9uc2USRQoMR2V0Q2hhbGxlbmdlEhkuam9pbi5HZXRDaGFsbGVuZ2VSZXF1ZXN0Ghouam9pbi5HZXRDaGFsbGVuZ2VSZXNwb25zZRI8CglHZXRTdGF0dXMSFi5qb2luLkdldFN0YXR1c1JlcXVlc3QaFy5qb2luLkdldFN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_atls_v1_atls, file_components_components]);
 
 /**
  * Request for a join ticket.
@@ -353,6 +353,20 @@ export type GetStatusResponse = Message<"join.GetStatusResponse"> & {
    * @generated from field: repeated join.Measurement measurements = 6;
    */
   measurements: Measurement[];
+
+  /**
+   * Ticket decisions since the service started, one entry per method, outcome and reason.
+   *
+   * @generated from field: repeated join.DecisionCount decision_counts = 7;
+   */
+  decisionCounts: DecisionCount[];
+
+  /**
+   * The most recent ticket decisions, newest first (their audit entries; nothing secret).
+   *
+   * @generated from field: repeated join.Decision recent_decisions = 8;
+   */
+  recentDecisions: Decision[];
 };
 
 /**
@@ -361,6 +375,137 @@ export type GetStatusResponse = Message<"join.GetStatusResponse"> & {
  */
 export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE__*/
   messageDesc(file_join_join, 8);
+
+/**
+ * How many ticket decisions had one method, outcome and reason.
+ *
+ * @generated from message join.DecisionCount
+ */
+export type DecisionCount = Message<"join.DecisionCount"> & {
+  /**
+   * "IssueJoinTicket" or "IssueRejoinTicket".
+   *
+   * @generated from field: string method = 1;
+   */
+  method: string;
+
+  /**
+   * "issued" or "rejected".
+   *
+   * @generated from field: string outcome = 2;
+   */
+  outcome: string;
+
+  /**
+   * Why requests were rejected (see src/joinservice/rejections.ts); empty when issued.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: uint64 count = 4;
+   */
+  count: bigint;
+};
+
+/**
+ * Describes the message join.DecisionCount.
+ * Use `create(DecisionCountSchema)` to create a new message.
+ */
+export const DecisionCountSchema: GenMessage<DecisionCount> = /*@__PURE__*/
+  messageDesc(file_join_join, 9);
+
+/**
+ * One ticket decision, as the audit trail records it.
+ *
+ * @generated from message join.Decision
+ */
+export type Decision = Message<"join.Decision"> & {
+  /**
+   * When it was decided, Unix milliseconds.
+   *
+   * @generated from field: int64 time_unix_ms = 1;
+   */
+  timeUnixMs: bigint;
+
+  /**
+   * "IssueJoinTicket" or "IssueRejoinTicket".
+   *
+   * @generated from field: string method = 2;
+   */
+  method: string;
+
+  /**
+   * The peer's address.
+   *
+   * @generated from field: string peer = 3;
+   */
+  peer: string;
+
+  /**
+   * "worker", "control-plane" or "rejoin".
+   *
+   * @generated from field: string role = 4;
+   */
+  role: string;
+
+  /**
+   * The node name from its accepted CSR; empty before the CSR was checked.
+   *
+   * @generated from field: string node_name = 5;
+   */
+  nodeName: string;
+
+  /**
+   * The disk UUID as sent (shortened, control characters replaced).
+   *
+   * @generated from field: string disk_uuid = 6;
+   */
+  diskUuid: string;
+
+  /**
+   * "issued" or "rejected".
+   *
+   * @generated from field: string outcome = 7;
+   */
+  outcome: string;
+
+  /**
+   * Why it was rejected; empty when issued.
+   *
+   * @generated from field: string reason = 8;
+   */
+  reason: string;
+
+  /**
+   * The Connect code the node got when rejected, e.g. "PermissionDenied".
+   *
+   * @generated from field: string code = 9;
+   */
+  code: string;
+
+  /**
+   * The message the node got when rejected.
+   *
+   * @generated from field: string message = 10;
+   */
+  message: string;
+
+  /**
+   * Hex SHA-256 of the node's attestation key, once known.
+   *
+   * @generated from field: string key_digest = 11;
+   */
+  keyDigest: string;
+};
+
+/**
+ * Describes the message join.Decision.
+ * Use `create(DecisionSchema)` to create a new message.
+ */
+export const DecisionSchema: GenMessage<Decision> = /*@__PURE__*/
+  messageDesc(file_join_join, 10);
 
 /**
  * One expected measurement.
@@ -391,7 +536,7 @@ export type Measurement = Message<"join.Measurement"> & {
  * Use `create(MeasurementSchema)` to create a new message.
  */
 export const MeasurementSchema: GenMessage<Measurement> = /*@__PURE__*/
-  messageDesc(file_join_join, 9);
+  messageDesc(file_join_join, 11);
 
 /**
  * The join service API.
