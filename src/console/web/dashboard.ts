@@ -53,7 +53,9 @@ export function setUpDashboard(): void {
 
 /** Fills the endpoint field and watches it (from the cluster view). */
 export function watchJoinService(address: string): void {
-  byId<HTMLInputElement>("dashboard-endpoint").value = address;
+  const input = byId<HTMLInputElement>("dashboard-endpoint");
+  input.value = address;
+  input.focus(); // the button pressed in the cluster view is hidden now: keep the keyboard in this view
   startWatching(address);
 }
 

@@ -76,7 +76,9 @@ export function setUpInspector(): void {
 
 /** Fills the node field and verifies it at once (from the cluster view). */
 export function inspectNode(address: string): void {
-  byId<HTMLInputElement>("inspect-node").value = address;
+  const input = byId<HTMLInputElement>("inspect-node");
+  input.value = address;
+  input.focus(); // the button pressed in the cluster view is hidden now: keep the keyboard in this view
   byId<HTMLFormElement>("inspect-form").requestSubmit();
 }
 
