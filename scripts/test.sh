@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: installs the OS tools the tests drive (swtpm, tpm2-tools,
-# cryptsetup, openssl, ssh-keygen, kubectl) when missing, runs the static checks and every
+# cryptsetup, openssl, ssh-keygen, kubectl, curl) when missing, runs the static checks and every
 # test, and ends with the line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,7 @@ export PATH="$PWD/node_modules/.bin:$PATH" NO_COLOR=1 RUST_BACKTRACE=0 DENO_NO_P
 
 missing=()
 for tool in swtpm:swtpm swtpm_ioctl:swtpm-tools tpm2_quote:tpm2-tools cryptsetup:cryptsetup-bin ps:procps ip:iproute2 \
-  openssl:openssl ssh-keygen:openssh-client kubectl:kubectl; do
+  openssl:openssl ssh-keygen:openssh-client kubectl:kubectl curl:curl; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool##*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
