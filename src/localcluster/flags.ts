@@ -54,6 +54,12 @@ Exit status: 0 success, 1 failure (the message says what failed), 2 bad command 
 `;
 
 const COMMANDS = ["up", "down", "status"];
+/** The flags each command takes (besides --state-dir). */
+const COMMAND_FLAGS: Record<string, string[]> = {
+  up: ["control-planes", "workers", "network", "timeout"],
+  status: ["output"],
+  down: [],
+};
 
 /** Parses the arguments; "help" for `--help`. */
 export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
@@ -71,6 +77,12 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
     timeout: { type: "string", default: "300" },
     output: { type: "string", default: "table" },
   }, `cluster ${command}`);
+  for (const arg of rest) {
+    const name = /^--([a-z-]+)/.exec(arg)?.[1];
+    if (name !== undefined && name !== "state-dir" && !COMMAND_FLAGS[command].includes(name)) {
+      throw new UsageError(`--${name} is not a flag of cluster ${command}`);
+    }
+  }
   const stateDir = flags["state-dir"];
   if (stateDir === "") throw new UsageError("--state-dir must not be empty");
   switch (command) {

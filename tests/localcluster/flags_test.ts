@@ -148,6 +148,21 @@ Deno.test("parseClusterArgs refuses bad command lines with a UsageError naming t
       want: /^invalid --output "yaml": want table or json$/,
     },
     { name: "flag without a value", args: ["status", "--output"], want: /--output/ },
+    {
+      name: "an up flag given to status",
+      args: ["status", "--workers", "3"],
+      want: /^--workers is not a flag of cluster status$/,
+    },
+    {
+      name: "an up flag given to down",
+      args: ["down", "--network=netns"],
+      want: /^--network is not a flag of cluster down$/,
+    },
+    {
+      name: "a status flag given to up",
+      args: ["up", "--output", "json"],
+      want: /^--output is not a flag of cluster up$/,
+    },
   ];
   for (const row of rows) {
     await t.step(row.name, () => {
