@@ -13,9 +13,16 @@
  *   be downloaded on our machines): the bundle is compiled (`deno compile`
  *   with the flags) into the single executable `dist/<name>`.
  * - Otherwise: the bundle stays, next to the launcher `dist/<name>` (sh)
- *   that runs it with the pinned Deno (`$DENO`, or `deno` on PATH) under
- *   exactly those flags:
- *   `exec "${DENO:-deno}" run --no-config --no-prompt <flags> <dir>/<name>.js "$@"`.
+ *   that runs it under exactly those flags
+ *   (`exec "$deno" run --no-config --no-prompt <flags> <dir>/<name>.js "$@"`)
+ *   with the first Deno it finds: `$DENO`; `deno` on PATH; the checkout's
+ *   pinned Deno beside `dist/` (`node_modules/deno/deno`, from `npm ci`).
+ *   With none, it says what to install or set and exits 127.
+ *
+ * Every artifact is written to a temporary name and renamed into place, so
+ * a build never leaves (or lets a running launcher read) a half-written
+ * file, and two builds at once (e.g. two test files) do not disturb each
+ * other.
  *
  * Permission paths must be absolute: an artifact runs from anywhere.
  *
@@ -116,16 +123,33 @@ function shellQuote(value: string): string {
   return /^[A-Za-z0-9_@%+=:,./-]+$/.test(value) ? value : `'${value.replaceAll("'", `'\\''`)}'`;
 }
 
-/** The sh launcher that runs `<name>.js` next to it under `flags`. */
-export function launcherScript(component: Component, flags: string[]): string {
+/**
+ * The sh launcher that runs `<name>.js` next to it under `flags`, with the
+ * Deno in `$DENO`, else `deno` on PATH, else the checkout's pinned Deno
+ * (`<launcher's directory>/../node_modules/deno/deno`). Without any it
+ * names what to install (Deno `denoVersion`) or set, and exits 127.
+ */
+export function launcherScript(component: Component, flags: string[], denoVersion: string): string {
+  const name = component.name;
   return `#!/bin/sh
-# ${component.name}: runs ${component.name}.js (built by scripts/build.ts from ${component.entry})
-# with the Deno in $DENO (default: deno on PATH) and the "${component.permissionSet}" permission set.
+# ${name}: runs ${name}.js (built by scripts/build.ts from ${component.entry})
+# under the "${component.permissionSet}" permission set, with the first Deno found of:
+# $DENO; deno on PATH; the checkout's pinned Deno beside dist/ (node_modules/deno/deno, from npm ci).
 dir=$(dirname -- "$(readlink -f -- "$0")")
+pinned=$(dirname -- "$dir")/node_modules/deno/deno
+if [ -n "\${DENO-}" ]; then
+  deno=$DENO
+elif command -v deno >/dev/null 2>&1; then
+  deno=deno
+elif [ -x "$pinned" ]; then
+  deno=$pinned
+else
+  echo "${name}: no Deno found: DENO is not set, no deno on PATH ($PATH), no $pinned." >&2
+  echo "${name}: install Deno ${denoVersion} on PATH, run npm ci in the checkout, or set DENO=/path/to/deno." >&2
+  exit 127
+fi
 export DENO_NO_UPDATE_CHECK=1
-exec "\${DENO:-deno}" run --no-config --no-prompt ${
-    flags.map(shellQuote).join(" ")
-  } "$dir/${component.name}.js" "$@"
+exec "$deno" run --no-config --no-prompt ${flags.map(shellQuote).join(" ")} "$dir/${name}.js" "$@"
 `;
 }
 
@@ -173,30 +197,85 @@ function formatSize(bytes: number): string {
   return bytes >= 1 << 20 ? `${(bytes / (1 << 20)).toFixed(1)} MiB` : `${(bytes / 1024).toFixed(0)} KiB`;
 }
 
+/** What the build reads from the project: deno.json (the permission sets) and the pinned Deno version. */
+export interface Project {
+  /** deno.json, parsed. */
+  config: unknown;
+  /** The Deno version package.json pins (devDependencies.deno), named by a launcher that finds none. */
+  denoVersion: string;
+}
+
+/** Renames `temporary` over `final`, or removes it when anything before failed. */
+async function moveIntoPlace(temporary: string, final: string, make: () => Promise<void>): Promise<void> {
+  try {
+    await make();
+    await Deno.rename(temporary, final);
+  } catch (err) {
+    await Deno.remove(temporary).catch(() => {});
+    throw err;
+  }
+}
+
 /** Builds `component` into `root`/dist; returns what was built, one line per artifact. */
-export async function buildComponent(root: string, config: unknown, component: Component): Promise<string[]> {
-  const flags = permissionFlags(config, component.permissionSet);
+export async function buildComponent(
+  root: string,
+  project: Project,
+  component: Component,
+): Promise<string[]> {
+  const flags = permissionFlags(project.config, component.permissionSet);
   const out = `dist/${component.name}`;
+  /** A name of this build's own, for a file until it is complete. */
+  const temporary = (path: string) =>
+    `${root}/dist/.${path.slice("dist/".length)}.${crypto.randomUUID()}.tmp`;
   await Deno.mkdir(`${root}/dist`, { recursive: true });
-  await run("esbuild", [component.entry, ...ESBUILD_FLAGS, `--outfile=${out}.js`], root);
+  const bundle = temporary(`${out}.js`);
+  await moveIntoPlace(
+    bundle,
+    `${root}/${out}.js`,
+    () => run("esbuild", [component.entry, ...ESBUILD_FLAGS, `--outfile=${bundle}`], root),
+  );
   if (Deno.env.get("DENORT_BIN")) {
     // Compiling the bundle, not the entry, embeds one file instead of all of node_modules.
-    await run(
-      "deno",
-      ["compile", "--quiet", "--no-config", "--no-prompt", ...flags, "-o", out, `${out}.js`],
-      root,
+    const binary = temporary(out);
+    await moveIntoPlace(
+      binary,
+      `${root}/${out}`,
+      () =>
+        run(
+          "deno",
+          ["compile", "--quiet", "--no-config", "--no-prompt", ...flags, "-o", binary, `${out}.js`],
+          root,
+        ),
     );
     await Deno.remove(`${root}/${out}.js`);
     return [
       `${out} (${formatSize((await Deno.stat(`${root}/${out}`)).size)}, deno compile: ${flags.join(" ")})`,
     ];
   }
-  await Deno.writeTextFile(`${root}/${out}`, launcherScript(component, flags));
-  await Deno.chmod(`${root}/${out}`, 0o755);
+  const launcher = temporary(out);
+  await moveIntoPlace(launcher, `${root}/${out}`, async () => {
+    await Deno.writeTextFile(launcher, launcherScript(component, flags, project.denoVersion));
+    await Deno.chmod(launcher, 0o755);
+  });
   return [
     `${out}.js (${formatSize((await Deno.stat(`${root}/${out}.js`)).size)}, esbuild)`,
     `${out} (launcher: ${flags.join(" ")})`,
   ];
+}
+
+/** Reads deno.json and the pinned Deno version from package.json in `root`. */
+async function readProject(root: string): Promise<Project> {
+  const read = async (file: string) => {
+    try {
+      return JSON.parse(await Deno.readTextFile(`${root}/${file}`));
+    } catch (err) {
+      throw new BuildError(`cannot read ${file}: ${(err as Error).message}`);
+    }
+  };
+  const config = await read("deno.json");
+  const denoVersion = (await read("package.json"))?.devDependencies?.deno;
+  if (typeof denoVersion !== "string") throw new BuildError("package.json pins no deno in devDependencies");
+  return { config, denoVersion };
 }
 
 async function main(args: string[]): Promise<number> {
@@ -206,14 +285,9 @@ async function main(args: string[]): Promise<number> {
   }
   const root = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(/\/$/, "");
   try {
-    let config: unknown;
-    try {
-      config = JSON.parse(await Deno.readTextFile(`${root}/deno.json`));
-    } catch (err) {
-      throw new BuildError(`cannot read deno.json: ${(err as Error).message}`);
-    }
+    const project = await readProject(root);
     for (const component of COMPONENTS) {
-      for (const line of await buildComponent(root, config, component)) console.log(`built ${line}`);
+      for (const line of await buildComponent(root, project, component)) console.log(`built ${line}`);
     }
     return 0;
   } catch (err) {

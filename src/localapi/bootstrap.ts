@@ -8,6 +8,8 @@
  *   has type `bootstrap.kubernetes.io/token`, that `token-id` and
  *   `token-secret`, `usage-bootstrap-authentication: "true"` and an
  *   `expiration` in the future;
+ * - the **token cleaner** (kube-controller-manager): token Secrets whose
+ *   `expiration` has passed are deleted ({@linkcode isExpiredBootstrapToken});
  * - the **bootstrap signer** (kube-controller-manager): `kube-public/
  *   cluster-info` carries `jws-kubeconfig-<id>` for every unexpired token
  *   with `usage-bootstrap-signing: "true"` (computed when read, so it is
@@ -64,6 +66,20 @@ function tokenSecretValues(secret: Json | undefined, now: number): Record<string
     if (!(expiresAt > now)) return undefined;
   }
   return values;
+}
+
+/**
+ * Whether `secret` is a bootstrap token whose `expiration` has passed at
+ * `now`: what kube-controller-manager's token cleaner deletes. A token
+ * without an expiration never expires; one whose expiration does not parse
+ * is left alone, as the cleaner does (the authenticator refuses it anyway).
+ */
+export function isExpiredBootstrapToken(secret: Json, now: number): boolean {
+  if (secret.type !== BOOTSTRAP_TOKEN_SECRET_TYPE) return false;
+  const encoded = (secret.data as Record<string, string> | undefined)?.expiration;
+  if (encoded === undefined) return false;
+  const expiresAt = Date.parse(new TextDecoder().decode(Uint8Array.fromBase64(encoded)));
+  return expiresAt <= now;
 }
 
 /** The identity of a bootstrap token, or undefined when the API server would not accept it. */

@@ -46,12 +46,14 @@ import type { TLSSocket } from "node:tls";
 import { type Clock, systemClock } from "../clock.ts";
 import type { Logger } from "../log/logger.ts";
 import { silentLogger } from "../log/logger.ts";
+import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
 import { rfc3339 } from "../rfc3339.ts";
 import {
   ANONYMOUS,
   authenticateBootstrapToken,
   CLUSTER_INFO,
   type Identity,
+  isExpiredBootstrapToken,
   kubeadmRbac,
   withClusterInfoSignatures,
 } from "./bootstrap.ts";
@@ -145,6 +147,8 @@ export interface LocalApiOptions {
   customResources?: ResourceType[];
   /** Namespaces that exist; default default, kube-system, kube-public (and kube-node-lease with `pkiDir`). */
   namespaces?: string[];
+  /** How often expired bootstrap tokens are deleted (the token cleaner); default 10 s. */
+  tokenCleanupIntervalMs?: number;
   /** Time for timestamps and token expiry; default the system clock. */
   clock?: Clock;
   /** Record every request in {@linkcode LocalApi.requests} (tests); default false. */
@@ -628,6 +632,7 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
   }
   const close = async () => {
     closed = true;
+    clearInterval(tokenCleaner);
     clearTimeout(pollTimer);
     await stop();
     await writer?.flush();
@@ -635,6 +640,16 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
   const persistInBackground = () => {
     persist().catch(() => {}); // logged by persist
   };
+  // kube-controller-manager's token cleaner: an orphaned token (its ticket lost) lives only until its TTL.
+  const tokenCleaner = setInterval(() => {
+    const route = { resource: SECRETS, namespace: KUBE_SYSTEM_NAMESPACE };
+    const expired = store.list(route).filter((secret) => isExpiredBootstrapToken(secret, clock.now()));
+    for (const secret of expired) store.remove({ ...route, name: (secret.metadata as Json).name as string });
+    if (expired.length > 0) {
+      logger.info("deleted expired bootstrap tokens", { count: expired.length });
+      persistInBackground();
+    }
+  }, options.tokenCleanupIntervalMs ?? 10_000);
 
   return {
     url,

@@ -36,6 +36,7 @@ import {
   bootNodeTpm,
   BOOTSTRAPPER_LISTENING,
   bootstrapperArgs,
+  DENO,
   imageMeasurements,
   type NodeFiles,
   prepareNode,
@@ -641,7 +642,7 @@ class Cluster implements LocalCluster {
     options: { log?: string; onLine?: (line: string) => void } = {},
   ): Promise<RunningService> {
     const log = this.#logFile(options.log ?? `${this.paths.logs}/${name.replace("/", "-")}.log`);
-    const [cmd, ...rest] = [...prefix, Deno.execPath(), ...args];
+    const [cmd, ...rest] = [...prefix, DENO, ...args];
     const process = await startService(cmd, rest, {
       readyMatch: LISTENING,
       cwd: REPO_ROOT,
@@ -663,7 +664,7 @@ class Cluster implements LocalCluster {
   /** Runs a process to its end, its output appended to `logPath`. */
   async #run(prefix: readonly string[], args: string[], logPath: string): Promise<ProcessResult> {
     const log = this.#logFile(logPath);
-    const [cmd, ...rest] = [...prefix, Deno.execPath(), ...args];
+    const [cmd, ...rest] = [...prefix, DENO, ...args];
     const result = await runToExit(cmd, rest, { cwd: REPO_ROOT, timeoutMs: this.#timeoutMs() });
     for (const line of [...result.stdoutLines, ...result.stderrLines]) log(line);
     return result;

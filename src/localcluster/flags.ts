@@ -60,6 +60,12 @@ Exit status: 0 success, 1 failure (the message says what failed), 2 bad command 
 `;
 
 const COMMANDS = ["up", "down", "status"];
+/** The flags each command takes (besides --state-dir). */
+const COMMAND_FLAGS: Record<string, string[]> = {
+  up: ["control-planes", "workers", "network", "timeout", "cors-allow-origin"],
+  status: ["output"],
+  down: [],
+};
 
 /** Parses the arguments; "help" for `--help`. */
 export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
@@ -78,6 +84,12 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
     output: { type: "string", default: "table" },
     "cors-allow-origin": { type: "string", multiple: true },
   }, `cluster ${command}`);
+  for (const arg of rest) {
+    const name = /^--([a-z-]+)/.exec(arg)?.[1];
+    if (name !== undefined && name !== "state-dir" && !COMMAND_FLAGS[command].includes(name)) {
+      throw new UsageError(`--${name} is not a flag of cluster ${command}`);
+    }
+  }
   const stateDir = flags["state-dir"];
   if (stateDir === "") throw new UsageError("--state-dir must not be empty");
   switch (command) {

@@ -25,6 +25,13 @@ const FAST_PBKDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 const DISK_BYTES = 20 << 20;
 /** The project's checkout, with a trailing slash (src/localcluster/ is two levels down). */
 export const REPO_ROOT: string = decodeURIComponent(new URL("../../", import.meta.url).pathname);
+/**
+ * The deno that runs every component: the checkout's own, by the path the
+ * `cluster` permission set may run (`node_modules/deno/deno`). Not
+ * `Deno.execPath()`: that is the binary's real path, another one when
+ * `node_modules` is a symlink (e.g. in a git worktree), or a global deno.
+ */
+export const DENO: string = `${REPO_ROOT}node_modules/deno/deno`;
 const TPM2_TOOLS = "tpm2_createprimary,tpm2_quote,tpm2_flushcontext,tpm2_pcrread,tpm2_pcrevent";
 
 /** A node's files. */

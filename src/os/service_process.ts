@@ -121,7 +121,21 @@ export async function runToExit(
   }
 }
 
-type SpawnedProcess = Omit<RunningService, "port">;
+/** A started process, before anything about it is known: {@linkcode RunningService} without a port. */
+export type SpawnedProcess = Omit<RunningService, "port">;
+
+/**
+ * Starts `cmd args` and returns at once, e.g. to wait for a log line that
+ * names no port ({@linkcode SpawnedProcess.waitForLine}) and then stop it.
+ * Stop it when done.
+ */
+export function startProcess(
+  cmd: string,
+  args: string[],
+  options: { env?: Record<string, string>; cwd?: string } = {},
+): SpawnedProcess {
+  return spawn(cmd, args, options);
+}
 
 function spawn(
   cmd: string,

@@ -4,16 +4,20 @@
  * (/var/config) and cannot read or bind outside them; the join service bundle
  * serves join.API (TLS, the key service client, X.509, YAML: the bundled
  * CommonJS modules too) from inputs inside its permissions, and cannot read
- * outside them.
+ * outside them (its inputs, /etc/shadow). The launchers find Deno in `$DENO`,
+ * on PATH, or beside the checkout's dist/, and say what to install without.
+ * The permission matrix is in permission_matrix_test.ts.
  */
 import assert from "node:assert/strict";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
-import { launcherScript, permissionFlags } from "../../scripts/build.ts";
+import { COMPONENTS, launcherScript, permissionFlags } from "../../scripts/build.ts";
 import { HKDF_ZERO } from "../kms/vectors.ts";
 import { createTestCa } from "../support/pki.ts";
 import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";
 import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/key_service_process.ts";
+import { withTempDir } from "../support/temp_dir.ts";
+import { buildArtifacts, PINNED_DENO } from "./artifacts.ts";
 
 const CONFIG_DIR = "/var/config";
 const LAUNCHER = `${REPO_ROOT}dist/key-service`;
@@ -21,7 +25,7 @@ const JOIN_SERVICE_LAUNCHER = `${REPO_ROOT}dist/join-service`;
 const BOOTSTRAPPER_LAUNCHER = `${REPO_ROOT}dist/bootstrapper`;
 const CLI_LAUNCHER = `${REPO_ROOT}dist/cli`;
 /** The pinned Deno the launcher runs. */
-const LAUNCHER_ENV = { DENO: `${REPO_ROOT}node_modules/.bin/deno` };
+const LAUNCHER_ENV = { DENO: PINNED_DENO };
 const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
 
 const NOT_ROOT =
@@ -112,27 +116,87 @@ Deno.test("permissionFlags() expands a deno.json permission set into explicit fl
   });
 });
 
-Deno.test("launcherScript() quotes every flag for the shell", () => {
+Deno.test("launcherScript() quotes every flag for the shell and names the Deno to install", () => {
   const script = launcherScript({ name: "svc", entry: "src/svc.ts", permissionSet: "svc" }, [
     "--allow-net=[::1]",
     "--allow-read=/it's",
-  ]);
+  ], "2.9.6");
   assert.match(script, /^#!\/bin\/sh\n/);
   assert.ok(
     script.includes(
-      `exec "\${DENO:-deno}" run --no-config --no-prompt '--allow-net=[::1]' '--allow-read=/it'\\''s' "$dir/svc.js" "$@"`,
+      `exec "$deno" run --no-config --no-prompt '--allow-net=[::1]' '--allow-read=/it'\\''s' "$dir/svc.js" "$@"`,
     ),
+    script,
   );
+  assert.ok(script.includes("install Deno 2.9.6 on PATH"), script);
+});
+
+/** The PATH of a machine without Deno: the launcher cannot find one there. */
+const PATH_WITHOUT_DENO = "/usr/bin:/bin";
+
+Deno.test("a launcher finds Deno on PATH, else the checkout's pinned one, else says what to install", async (t) => {
+  await buildArtifacts();
+  for (const dir of PATH_WITHOUT_DENO.split(":")) {
+    await assert.rejects(Deno.stat(`${dir}/deno`), Deno.errors.NotFound, `this test needs no deno in ${dir}`);
+  }
+  await withTempDir("launcher-", async (dir) => {
+    await t.step("deno on PATH comes first", async () => {
+      // A deno that leaves a mark, then is the pinned one.
+      await Deno.mkdir(`${dir}/bin`);
+      await Deno.writeTextFile(
+        `${dir}/bin/deno`,
+        `#!/bin/sh\ntouch ${dir}/path-deno-ran\nexec ${PINNED_DENO} "$@"\n`,
+        { mode: 0o755 },
+      );
+      const result = await runToExit(LAUNCHER, ["--help"], {
+        env: { PATH: `${dir}/bin:${PATH_WITHOUT_DENO}` },
+      });
+      assert.equal(result.code, 0, result.stderrLines.join("\n"));
+      assert.match(result.stdoutLines[0], /^Usage: key-service/);
+      assert.ok((await Deno.stat(`${dir}/path-deno-ran`)).isFile, "the deno on PATH ran");
+    });
+
+    await t.step("without one on PATH, the checkout's pinned Deno beside dist/", async () => {
+      const result = await runToExit(LAUNCHER, ["--help"], { env: { PATH: PATH_WITHOUT_DENO }, cwd: "/" });
+      assert.equal(result.code, 0, result.stderrLines.join("\n"));
+      assert.match(result.stdoutLines[0], /^Usage: key-service/);
+    });
+
+    await t.step("without either, it names what to install or set, and exits 127", async () => {
+      // The launcher and its bundle, away from any checkout, run as the #! line runs the launcher.
+      await Deno.copyFile(LAUNCHER, `${dir}/key-service`);
+      await Deno.copyFile(`${LAUNCHER}.js`, `${dir}/key-service.js`);
+      const result = await runToExit("sh", [`${dir}/key-service`, "--help"], {
+        env: { PATH: PATH_WITHOUT_DENO },
+        cwd: "/",
+      });
+      assert.equal(result.code, 127);
+      assert.deepEqual(result.stdoutLines, []);
+      assert.deepEqual(result.stderrLines, [
+        `key-service: no Deno found: DENO is not set, no deno on PATH (${PATH_WITHOUT_DENO}), no ${
+          dir.replace(/\/[^/]+$/, "")
+        }/node_modules/deno/deno.`,
+        "key-service: install Deno 2.9.6 on PATH, run npm ci in the checkout, or set DENO=/path/to/deno.",
+      ]);
+    });
+
+    await t.step("DENO overrides both", async () => {
+      const result = await runToExit("sh", [`${dir}/key-service`, "--help"], {
+        env: { PATH: PATH_WITHOUT_DENO, DENO: PINNED_DENO },
+        cwd: "/",
+      });
+      assert.equal(result.code, 0, result.stderrLines.join("\n"));
+      assert.match(result.stdoutLines[0], /^Usage: key-service/);
+    });
+  });
 });
 
 Deno.test("the built services run under exactly their permission sets", async (t) => {
-  const build = await runToExit("deno", ["run", "-P=build", "--no-prompt", "scripts/build.ts"], {
-    cwd: REPO_ROOT,
-    timeoutMs: 120_000,
-  });
-  assert.equal(build.code, 0, build.stderrLines.join("\n"));
-  assert.match(build.stdoutLines.join("\n"), /^built dist\/key-service\.js \(\d+ KiB, esbuild\)$/m);
-  assert.match(build.stdoutLines.join("\n"), /^built dist\/join-service\.js \(\d+ KiB, esbuild\)$/m);
+  const built = (await buildArtifacts()).join("\n");
+  for (const component of COMPONENTS) {
+    assert.match(built, new RegExp(`^built dist/${component.name}\\.js \\(\\d+ KiB, esbuild\\)$`, "m"));
+    assert.match(built, new RegExp(`^built dist/${component.name} \\(launcher: `, "m"));
+  }
   const launcher = await Deno.readTextFile(LAUNCHER);
   assert.ok(
     launcher.includes("--allow-read=/var/config '--allow-net=0.0.0.0,127.0.0.1,localhost,[::],[::1]'"),
@@ -286,6 +350,23 @@ Deno.test("the built services run under exactly their permission sets", async (t
       const { msg } = JSON.parse(result.stderrLines[0]);
       assert.ok(msg.includes(`${outside.dir}/measurementSalt`), msg);
       assert.match(msg, /outside this process's read permissions/);
+    });
+
+    await t.step("the join service cannot read /etc/shadow, given as its kubeconfig", async () => {
+      const dir = await Deno.makeTempDir({ dir: CONFIG_DIR, prefix: "join-service-test-" });
+      try {
+        await writeJoinServiceInputs(dir);
+        const result = await runToExit(JOIN_SERVICE_LAUNCHER, [
+          ...["--attestation-variant", "dummy", "--key-service-endpoint", "127.0.0.1:9000"],
+          ...["--api-server-endpoint", "10.0.0.1:6443", "--kubeconfig", "/etc/shadow"],
+          ...["--config-dir", `${dir}/config`, "--kubernetes-dir", `${dir}/kubernetes`],
+        ], { env: LAUNCHER_ENV, cwd: "/" });
+        assert.equal(result.code, 1);
+        const { msg } = JSON.parse(result.stderrLines.at(-1)!);
+        assert.match(msg, /^cannot start: reading kubeconfig: Requires read access to "\/etc\/shadow"/);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
     });
   } finally {
     await Deno.remove(inside.dir, { recursive: true });

@@ -14,6 +14,7 @@ import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserve
 import { createTestCa, issueCert, issueLoopbackServerCert, type TestCert } from "../support/pki.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";
 import { withTempDir } from "../support/temp_dir.ts";
+import { ManualClock } from "../support/manual_clock.ts";
 
 const CRD = "/apis/update.edgeless.systems/v1alpha1";
 const fixtures: [string, Record<string, unknown>][] = [
@@ -234,4 +235,34 @@ Deno.test("local-api process: serves kubeadm's PKI, persists, refuses a foreign 
       await service.stop();
     }
   });
+});
+
+Deno.test("the token cleaner deletes bootstrap tokens once their expiration has passed, and only those", async () => {
+  const clock = new ManualClock(Date.parse("2026-01-01T00:00:00Z"));
+  await using api = await startFakeApiServer({ clock, tokenCleanupIntervalMs: 20 });
+  const base64 = (text: string) => new TextEncoder().encode(text).toBase64();
+  const token = (id: string, expiration?: string) => ({
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: { name: `bootstrap-token-${id}`, namespace: "kube-system" },
+    type: "bootstrap.kubernetes.io/token",
+    data: {
+      "token-id": base64(id),
+      "token-secret": base64("0123456789abcdef"),
+      ...(expiration === undefined ? {} : { expiration: base64(expiration) }),
+    },
+  });
+  const path = (id: string) => `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`;
+  api.putObject(path("early1"), token("early1", "2026-01-01T00:15:00Z"));
+  api.putObject(path("later1"), token("later1", "2026-01-01T01:00:00Z"));
+  api.putObject(path("never1"), token("never1"));
+  const settle = () => new Promise((resolve) => setTimeout(resolve, 100));
+
+  await settle();
+  assert.ok(api.getObject(path("early1")), "not expired yet: kept");
+  clock.advance(15 * 60 * 1000);
+  await settle();
+  assert.equal(api.getObject(path("early1")), undefined, "expired: deleted");
+  assert.ok(api.getObject(path("later1")), "a later expiration: kept");
+  assert.ok(api.getObject(path("never1")), "no expiration: kept");
 });

@@ -40,7 +40,11 @@ Deno.test("serveRpc passes the peer address to handlers and closes idle connecti
   }
 });
 
-Deno.test("serveRpc refuses to listen outside its net permissions, with a clear error", async () => {
+Deno.test({
+  name: "serveRpc refuses to listen outside its net permissions, with a clear error",
+  // As a service runs: net granted for loopback only (the test set grants any address, for local clusters).
+  permissions: { net: ["127.0.0.1"], read: "inherit", env: "inherit", sys: "inherit" },
+}, async () => {
   await assert.rejects(
     serveRpc({ routes: () => {}, hostname: "192.0.2.1", port: 0 }),
     /listen address 192\.0\.2\.1 is outside this process's net permissions/,

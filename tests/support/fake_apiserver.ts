@@ -45,6 +45,8 @@ export interface FakeApiServerOptions {
   authorize?: (request: AuthorizationRequest) => boolean;
   /** Time for token expiry and timestamps; default the system clock. */
   clock?: Clock;
+  /** How often expired bootstrap tokens are deleted; default 10 s. */
+  tokenCleanupIntervalMs?: number;
   /** Serve the PKI kubeadm writes to this directory instead of a generated test PKI. */
   pkiDir?: string;
   /** How often the `pkiDir` is looked at until the PKI is there; default 100 ms. */
@@ -109,6 +111,7 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
     namespaces: options.namespaces,
     authorize: options.authorize,
     clock: options.clock,
+    tokenCleanupIntervalMs: options.tokenCleanupIntervalMs,
     stateDir: options.stateDir,
     port: options.port,
     authenticateToken,

@@ -30,14 +30,11 @@ import {
   createAttestedRequest,
   openSealedResponse,
 } from "../../src/atls/attester.ts";
-import { joinRequestDigest, rejoinRequestDigest } from "../../src/atls/reportdata.ts";
+import { rejoinRequestDigest } from "../../src/atls/reportdata.ts";
 import {
   API,
   type GetStatusResponse,
-  type IssueJoinTicketRequest,
-  IssueJoinTicketRequestSchema,
   type IssueJoinTicketResponse,
-  IssueJoinTicketResponseSchema,
   IssueRejoinTicketRequestSchema,
   type IssueRejoinTicketResponse,
   IssueRejoinTicketResponseSchema,
@@ -74,6 +71,7 @@ import {
   NODE_VERSIONS,
   startFakeApiServer,
 } from "./fake_apiserver.ts";
+import { type AttestedJoinRequest, attestedJoinRequest, openJoinTicket } from "./join_request.ts";
 import { createTestCa, issueLoopbackServerCert, privateKeyToPem, type TestCa } from "./pki.ts";
 import { type RunningService, runToExit, startService } from "../../src/os/service_process.ts";
 import { startSwtpm, type Swtpm } from "../../src/localcluster/swtpm.ts";
@@ -171,12 +169,8 @@ export interface TicketRequestOptions {
   service?: JoinServiceProcess;
 }
 
-/** A join request ready to send, and what its node keeps to read the answer. */
-export interface PreparedJoinRequest {
-  /** The request; change it to make a malformed or malicious one. */
-  request: IssueJoinTicketRequest;
-  /** The HPKE key pair and report data to open the sealed ticket. */
-  bundle: AttestedRequestBundle;
+/** A join request ready to send (see {@linkcode AttestedJoinRequest}), and the node's kubelet keys. */
+export interface PreparedJoinRequest extends AttestedJoinRequest {
   /** The kubelet key pair the CSR was made with. */
   kubeletKeys: CryptoKeyPair;
 }
@@ -396,35 +390,19 @@ async function build(
   const joinService = await startJoinService({ flags: options.joinServiceFlags });
 
   const prepareJoinRequest = async (request: TicketRequestOptions): Promise<PreparedJoinRequest> => {
-    const service = request.service ?? joinService;
     const kubeletKeys = await generateNodeKeys();
     const certificateRequest = request.certificateRequest ??
       await nodeCsr({ nodeName: request.nodeName, ips: request.ips, keys: kubeletKeys });
-    const fields = {
+    const prepared = await attestedJoinRequest({
+      issuer,
+      client: (request.service ?? joinService).client,
       diskUuid: request.diskUuid,
       certificateRequest,
-      isControlPlane: request.isControlPlane ?? false,
-      hostPublicKey: request.hostKey?.publicKey ?? new Uint8Array(),
-      hostCertificatePrincipals: request.hostKey?.principals ?? [],
-    };
-    const { nonce } = await service.client.getChallenge({});
-    const bundle = await createAttestedRequest({
-      issuer,
-      nonce,
-      purpose: "join",
-      requestDigest: await joinRequestDigest(fields),
+      isControlPlane: request.isControlPlane,
+      hostKey: request.hostKey,
     });
-    return {
-      request: create(IssueJoinTicketRequestSchema, { ...fields, attestation: bundle.attestation }),
-      bundle,
-      kubeletKeys,
-    };
+    return { ...prepared, kubeletKeys };
   };
-  const openJoinTicket = async (response: IssueJoinTicketResponse, bundle: AttestedRequestBundle) =>
-    fromBinary(
-      IssueJoinTicketResponseSchema,
-      await openSealedResponse({ sealed: response.sealed, bundle, purpose: "join" }),
-    );
 
   const cluster: JoinCluster = {
     joinService,
