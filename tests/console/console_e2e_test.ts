@@ -48,6 +48,10 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
   const consolePort = freePort();
   const origin = `http://127.0.0.1:${consolePort}`;
   const stack = new AsyncDisposableStack();
+  let failed = false;
+  const step = async (name: string, fn: () => Promise<void>) => {
+    if (!await t.step(name, fn)) failed = true;
+  };
   try {
     const cluster = await timed("local cluster up (1+1, netns)", () =>
       startLocalCluster({
@@ -61,9 +65,16 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
     const consoleServer = await timed("console server (builds the page)", () =>
       startService(
         "deno",
-        ["run", "-P=console", "--no-prompt", "src/console/main.ts", "--port", String(consolePort)].concat(
-          ["--local-cluster", stateDir],
-        ),
+        [
+          "run",
+          "-P=console",
+          "--no-prompt",
+          "src/console/main.ts",
+          "--port",
+          String(consolePort),
+          "--local-cluster",
+          stateDir,
+        ],
         { readyMatch: CONSOLE_LISTENING, cwd: REPO_ROOT, timeoutMs: 60_000 },
       ));
     stack.defer(() => consoleServer.stop().then(() => {}));
@@ -71,7 +82,7 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
     stack.defer(() => browser.close());
     const page = await newPage(browser, { width: 1280, height: 800 });
 
-    await t.step("the cluster view shows every node and its phase", async () => {
+    await step("the cluster view shows every node and its phase", async () => {
       await page.goto(`${origin}/`);
       await waitForText(page, '[data-testid=nodes-table] tr[data-node="control-plane-0"]', "joined");
       await waitForText(page, '[data-testid=nodes-table] tr[data-node="worker-0"]', "joined");
@@ -89,7 +100,7 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
     await cluster.waitForPhase(waiting.name, ["refused"]);
     const waitingEndpoint = waiting.status.attestationEndpoint!;
 
-    await t.step("the inspector verifies a node in the browser: verified, every PCR matching", async () => {
+    await step("the inspector verifies a node in the browser: verified, every PCR matching", async () => {
       await timed("inspect a genuine node", () => inspectByKeyboard(page, waitingEndpoint));
       const verdict = await page.textContent("[data-testid=verdict]");
       assert.equal(verdict, "Verified: attestation OK");
@@ -104,14 +115,14 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
       await screenshot(page, "02-inspector-verified");
     });
 
-    await t.step("the page's result equals `cli verify --output json` for the same evidence", async () => {
+    await step("the page's result equals `cli verify --output json` for the same evidence", async () => {
       await sameVerdictAsCli(page, cluster, work, "genuine", 0);
     });
 
     const tampered = await cluster.addNode({ role: "Worker", name: "worker-tampered", tamperPcr4: true });
     await cluster.waitForPhase(tampered.name, ["refused"]);
 
-    await t.step(
+    await step(
       "a tampered node, opened from the cluster view: PCR 4 mismatching, verification failed",
       async () => {
         await page.goto(`${origin}/#cluster`);
@@ -146,15 +157,15 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
       },
     );
 
-    await t.step("…and `cli verify --evidence` reaches the same verdict for that evidence", async () => {
+    await step("…and `cli verify --evidence` reaches the same verdict for that evidence", async () => {
       await sameVerdictAsCli(page, cluster, work, "tampered", 1);
     });
 
-    await t.step("at phone width the result stays readable: no sideways scrolling", async () => {
+    await step("at phone width the result stays readable: no sideways scrolling", async () => {
       await atPhoneWidth(page, "04-inspector-tampered-phone");
     });
 
-    await t.step("the join service dashboard: its counters change after a node joins", async () => {
+    await step("the join service dashboard: its counters change after a node joins", async () => {
       await page.goto(`${origin}/#cluster`);
       const row = '[data-testid=nodes-table] tr[data-node="control-plane-0"]';
       await waitForText(page, row, "joined");
@@ -185,7 +196,7 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
       await atPhoneWidth(page, "08-cluster-view-phone");
     });
 
-    await t.step("a page from an origin the cluster does not allow is refused, and says so", async () => {
+    await step("a page from an origin the cluster does not allow is refused, and says so", async () => {
       // The same console under another name is another origin, one the nodes were not told to allow.
       const other = await newPage(browser, { width: 1280, height: 800 });
       try {
@@ -217,16 +228,22 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
       assert.equal(allowed.headers.get("access-control-allow-origin"), origin);
     });
 
-    await t.step("an address where nothing listens is said in words, not a blank page", async () => {
+    await step("an address where nothing listens is said in words, not a blank page", async () => {
       const nothingThere = `${cluster.node("control-plane-0").network.address}:9999`;
       await inspectByKeyboard(page, nothingThere, { expectError: /^Cannot reach the node/ });
       const status = await page.textContent("[data-testid=inspect-status]") ?? "";
       assert.match(status, /^Cannot reach the node at http:\/\/[\d.]+:9999: nothing answers there/);
       await screenshot(page, "10-unreachable");
     });
+  } catch (error) {
+    failed = true;
+    throw error;
   } finally {
     await stack.disposeAsync();
     await Deno.remove(work, { recursive: true }).catch(() => {});
+    // A failed run keeps the cluster's logs.
+    if (!failed) await Deno.remove(stateDir, { recursive: true }).catch(() => {});
+    else console.log(`the cluster's state and logs: ${stateDir}`);
     console.log(`timings:\n  ${timings.join("\n  ")}`);
   }
 });
