@@ -25,7 +25,8 @@
  * @module
  */
 import * as http from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import type { Socket } from "node:net";
+import { listen } from "./listen.ts";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { createContextValues } from "@connectrpc/connect";
 import { PeerSlots } from "../limits/peer_slots.ts";
@@ -103,16 +104,9 @@ export async function serveBrowserRpc(options: BrowserRpcOptions): Promise<RpcSe
   });
   server.on("clientError", (_error: Error, socket: Socket) => socket.destroy());
 
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port, options.hostname, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const bound = server.address() as AddressInfo;
+  const port = await listen(server, options.port, options.hostname);
   return {
-    address: { hostname: options.hostname, port: bound.port },
+    address: { hostname: options.hostname, port },
     async shutdown(graceMs = 10_000) {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();

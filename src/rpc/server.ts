@@ -10,7 +10,8 @@
  * @module
  */
 import * as http2 from "node:http2";
-import type { AddressInfo, Socket } from "node:net";
+import type { Socket } from "node:net";
+import { listen } from "./listen.ts";
 import {
   type ConnectRouter,
   type ContextValues,
@@ -138,16 +139,9 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
   });
   server.on("sessionError", () => {});
 
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port, options.hostname, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const bound = server.address() as AddressInfo;
+  const port = await listen(server, options.port, options.hostname);
   return {
-    address: { hostname: options.hostname, port: bound.port },
+    address: { hostname: options.hostname, port },
     async shutdown(graceMs = 10_000) {
       // Deno's node:http2 reports the listener, and even a session, closed before what is in flight has
       // left the process, and its client can drop a stream's last frames when GOAWAY and FIN arrive with
