@@ -15,12 +15,27 @@
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
-import { AsnConvert } from "@peculiar/asn1-schema";
+import { ECParameters } from "@peculiar/asn1-ecc";
 import { Extensions, id_ce_subjectAltName, type Name } from "@peculiar/asn1-x509";
 import { CertificationRequest } from "@peculiar/asn1-csr";
 import * as asn1js from "asn1js";
 import * as x509 from "../x509/x509.ts";
-import { DerError, parseDer } from "../x509/der.ts";
+import {
+  DER_NULL,
+  DER_TRUE,
+  derBitString,
+  derChildren,
+  derContextTag,
+  derElement,
+  DerError,
+  derLength,
+  derOctetString,
+  derOid,
+  derSequence,
+  derTime,
+  derUnsignedInteger,
+  parseDer,
+} from "../x509/der.ts";
 import { decodePem, encodePem, PemError } from "../x509/pem.ts";
 import { checkKeyMatchesCertificate, importSigningKey, PrivateKeyError } from "../x509/private_key.ts";
 import { type Clock, systemClock } from "../clock.ts";
@@ -73,6 +88,18 @@ export interface KubeletCa {
   readonly privateKey: CryptoKey;
   /** The signature algorithm for certificates this CA issues (SHA-256 for P-256 and RSA). */
   readonly signingAlgorithm: EcdsaParams | Algorithm;
+  /** What every certificate this CA issues carries of it, DER-encoded once at load. */
+  readonly issued: IssuerFields;
+}
+
+/** The parts of an issued certificate that come from its CA, DER-encoded. */
+export interface IssuerFields {
+  /** The CA's subject, the certificate's issuer. */
+  name: Uint8Array;
+  /** The certificate's signature AlgorithmIdentifier. */
+  signatureAlgorithm: Uint8Array;
+  /** The authorityKeyIdentifier extension (the CA's subject key identifier), or undefined when it has none. */
+  authorityKeyIdentifier: Uint8Array | undefined;
 }
 
 /** Options for {@linkcode readKubeletCa}. */
@@ -127,7 +154,12 @@ export async function parseKubeletCa(
   try {
     const key = await importSigningKey(keyPem, sources.key);
     await checkKeyMatchesCertificate(key, certificate, sources);
-    return { certificate, privateKey: key.privateKey, signingAlgorithm: key.signingAlgorithm };
+    return {
+      certificate,
+      privateKey: key.privateKey,
+      signingAlgorithm: key.signingAlgorithm,
+      issued: issuerFields(certificate, key.signingAlgorithm),
+    };
   } catch (error) {
     if (error instanceof PrivateKeyError) {
       throw new KubeletCaError(caKeyFailures[error.reason], error.message);
@@ -220,33 +252,77 @@ export async function signKubeletCertificate(
   ca: KubeletCa,
   options: SignKubeletCertificateOptions = {},
 ): Promise<string> {
+  const request = await checkedCertificateRequest(csrDer, options.reservedAddresses ?? []);
+  return await issueKubeletCertificate(request, ca, (options.clock ?? systemClock).now());
+}
+
+/** A CSR that verified and keeps every kubelet rule: what its certificate gets. */
+interface KubeletRequest {
+  /** The node name of its common name (after `system:node:`, not normalized). */
+  nodeName: string;
+  /** Its subject, DER as the CSR has it. */
+  subject: Uint8Array;
+  /** Its SubjectPublicKeyInfo, DER as the CSR has it. */
+  publicKey: Uint8Array<ArrayBuffer>;
+  /** Its subject alternative names, all IP addresses (4 or 16 bytes). */
+  ipAddresses: Uint8Array[];
+}
+
+/** Parses, verifies and checks a CSR (see {@linkcode signKubeletCertificate}). Throws {@linkcode KubeletCaError}. */
+async function checkedCertificateRequest(
+  csrDer: Uint8Array,
+  reservedAddresses: readonly ReservedAddress[],
+): Promise<KubeletRequest> {
   const csr = parseCertificateRequest(csrDer);
-  await verifyCertificateRequestSignature(csrDer);
-  const request = checkCertificateRequest(csr);
-  checkAddresses(request.ipAddresses, options.reservedAddresses ?? []);
+  // The signed bytes, subject and key exactly as the node encoded them.
+  const [info] = derChildren(new Uint8Array(csrDer), "certificate request");
+  const [, subject, publicKey] = derChildren(info, "certificate request");
+  await verifyCertificateRequestSignature(csr, info, publicKey);
+  const { nodeName, ipAddresses } = checkCertificateRequest(csr);
+  checkAddresses(ipAddresses, reservedAddresses);
+  return { nodeName, subject, publicKey, ipAddresses };
+}
 
-  const now = (options.clock ?? systemClock).now();
-  const extensions: x509.Extension[] = [
-    new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
-    new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
-    new x509.BasicConstraintsExtension(false, undefined, true),
+/**
+ * The kubelet client certificate of a checked request, issued `now` (see
+ * {@linkcode signKubeletCertificate}), as PEM. Built as DER directly: one
+ * signature, no certificate library (which costs the join service several
+ * times the signature per ticket).
+ */
+async function issueKubeletCertificate(request: KubeletRequest, ca: KubeletCa, now: number): Promise<string> {
+  const { issued } = ca;
+  const extension = (oid: string, critical: boolean, value: Uint8Array) =>
+    derSequence(derOid(oid), ...(critical ? [DER_TRUE] : []), derOctetString(value));
+  const extensions = [
+    extension(OID_KEY_USAGE, true, DIGITAL_SIGNATURE_ONLY),
+    extension(OID_EXTENDED_KEY_USAGE, false, derSequence(derOid(OID_CLIENT_AUTH))),
+    extension(OID_BASIC_CONSTRAINTS, true, derSequence()), // cA FALSE, the default, is left out
+    ...(issued.authorityKeyIdentifier ? [issued.authorityKeyIdentifier] : []),
+    ...(request.ipAddresses.length > 0
+      ? [extension(id_ce_subjectAltName, false, ipAddressNames(request.ipAddresses))]
+      : []),
   ];
-  const caKeyId = ca.certificate.getExtension(x509.SubjectKeyIdentifierExtension)?.keyId;
-  if (caKeyId) extensions.push(new x509.AuthorityKeyIdentifierExtension(caKeyId));
-  if (request.ipAddresses.length > 0) extensions.push(ipAddressesExtension(request.ipAddresses));
-
-  const certificate = await x509.X509CertificateGenerator.create({
-    serialNumber: randomSerialNumber(),
-    subject: new x509.Name(AsnConvert.serialize(csr.certificationRequestInfo.subject)),
-    issuer: new x509.Name(ca.certificate.subjectName.toArrayBuffer()),
-    notBefore: new Date(now - KUBELET_CERT_BACKDATE_MS),
-    notAfter: new Date(now + KUBELET_CERT_VALIDITY_MS),
-    publicKey: AsnConvert.serialize(csr.certificationRequestInfo.subjectPKInfo),
-    signingKey: ca.privateKey,
-    signingAlgorithm: ca.signingAlgorithm,
-    extensions,
-  });
-  return encodePem(certificate.rawData, "CERTIFICATE");
+  const tbsCertificate = derSequence(
+    derElement(derContextTag(0, true), derUnsignedInteger(Uint8Array.of(2))), // version v3
+    derUnsignedInteger(crypto.getRandomValues(new Uint8Array(SERIAL_NUMBER_BYTES))),
+    issued.signatureAlgorithm,
+    issued.name,
+    derSequence(
+      derTime(new Date(now - KUBELET_CERT_BACKDATE_MS)),
+      derTime(new Date(now + KUBELET_CERT_VALIDITY_MS)),
+    ),
+    request.subject,
+    request.publicKey,
+    derElement(derContextTag(3, true), derSequence(...extensions)),
+  );
+  const signature = new Uint8Array(
+    await crypto.subtle.sign(ca.signingAlgorithm, ca.privateKey, tbsCertificate),
+  );
+  const signatureValue = ca.signingAlgorithm.name === "ECDSA" ? ecdsaSignatureDer(signature) : signature;
+  return encodePem(
+    derSequence(tbsCertificate, issued.signatureAlgorithm, derBitString(signatureValue)),
+    "CERTIFICATE",
+  );
 }
 
 /**
@@ -334,17 +410,120 @@ function parseCsrDer<T>(data: ArrayBuffer | Uint8Array, schema: new () => T, mes
   }
 }
 
-async function verifyCertificateRequestSignature(der: Uint8Array): Promise<void> {
-  let valid: boolean;
-  try {
-    valid = await new x509.Pkcs10CertificateRequest(der.slice()).verify();
-  } catch {
-    throw new KubeletCaError(
+/**
+ * Checks the CSR's self-signature over `info` (its certificationRequestInfo
+ * DER) with its own key `publicKey` (SubjectPublicKeyInfo DER): ECDSA on
+ * P-256, P-384 or P-521 or RSASSA-PKCS1-v1_5, with SHA-256, -384 or -512,
+ * or Ed25519.
+ */
+async function verifyCertificateRequestSignature(
+  csr: CertificationRequest,
+  info: Uint8Array<ArrayBuffer>,
+  publicKey: Uint8Array<ArrayBuffer>,
+): Promise<void> {
+  const unsupported = () =>
+    new KubeletCaError(
       "csr-signature-invalid",
       "certificate request signature cannot be verified (unsupported key or signature algorithm)",
     );
+  const signatureAlgorithm = csrSignatureAlgorithms[csr.signatureAlgorithm.algorithm];
+  const keyAlgorithm = csr.certificationRequestInfo.subjectPKInfo.algorithm;
+  const keyParameters = csrKeyAlgorithm(keyAlgorithm.algorithm, keyAlgorithm.parameters);
+  if (!signatureAlgorithm || !keyParameters || signatureAlgorithm.key !== keyParameters.name) {
+    throw unsupported();
+  }
+  let signature = new Uint8Array(csr.signature);
+  if (keyParameters.name === "ECDSA") {
+    const p1363 = ecdsaSignatureP1363(signature, ecScalarLengths[keyParameters.namedCurve]);
+    if (!p1363) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
+    signature = p1363;
+  }
+  let valid: boolean;
+  try {
+    const key = await crypto.subtle.importKey(
+      "spki",
+      publicKey,
+      { ...keyParameters, hash: signatureAlgorithm.hash },
+      false,
+      ["verify"],
+    );
+    valid = await crypto.subtle.verify(
+      { name: keyParameters.name, hash: signatureAlgorithm.hash },
+      key,
+      signature,
+      info,
+    );
+  } catch {
+    throw unsupported();
   }
   if (!valid) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
+}
+
+/** CSR signature algorithms by OID: the key algorithm they need and their hash. */
+const csrSignatureAlgorithms: Record<
+  string,
+  { key: "ECDSA" | "RSASSA-PKCS1-v1_5" | "Ed25519"; hash?: string }
+> = {
+  "1.2.840.10045.4.3.2": { key: "ECDSA", hash: "SHA-256" },
+  "1.2.840.10045.4.3.3": { key: "ECDSA", hash: "SHA-384" },
+  "1.2.840.10045.4.3.4": { key: "ECDSA", hash: "SHA-512" },
+  "1.2.840.113549.1.1.11": { key: "RSASSA-PKCS1-v1_5", hash: "SHA-256" },
+  "1.2.840.113549.1.1.12": { key: "RSASSA-PKCS1-v1_5", hash: "SHA-384" },
+  "1.2.840.113549.1.1.13": { key: "RSASSA-PKCS1-v1_5", hash: "SHA-512" },
+  "1.3.101.112": { key: "Ed25519" },
+};
+
+/** ECDSA curves a CSR key may be on, by OID. */
+const csrCurves: Record<string, string> = {
+  "1.2.840.10045.3.1.7": "P-256",
+  "1.3.132.0.34": "P-384",
+  "1.3.132.0.35": "P-521",
+};
+const ecScalarLengths: Record<string, number> = { "P-256": 32, "P-384": 48, "P-521": 66 };
+
+/** WebCrypto import parameters of a CSR's key algorithm, or undefined when unsupported. */
+function csrKeyAlgorithm(
+  oid: string,
+  parameters: ArrayBuffer | null | undefined,
+): { name: "ECDSA"; namedCurve: string } | { name: "RSASSA-PKCS1-v1_5" | "Ed25519" } | undefined {
+  if (oid === "1.2.840.113549.1.1.1") return { name: "RSASSA-PKCS1-v1_5" };
+  if (oid === "1.3.101.112") return { name: "Ed25519" };
+  if (oid !== "1.2.840.10045.2.1" || !parameters) return undefined;
+  const curve =
+    parseCsrDer(parameters, ECParameters, "certificate request has malformed key parameters").namedCurve;
+  const namedCurve = curve === undefined ? undefined : csrCurves[curve];
+  return namedCurve ? { name: "ECDSA", namedCurve } : undefined;
+}
+
+/**
+ * An ECDSA signature as X.509 carries it (DER `SEQUENCE { r INTEGER, s
+ * INTEGER }`) in the IEEE P1363 form WebCrypto verifies (r ‖ s, each
+ * `scalarLength` bytes); undefined when it is not one.
+ */
+function ecdsaSignatureP1363(der: Uint8Array, scalarLength: number): Uint8Array<ArrayBuffer> | undefined {
+  let integers: Uint8Array[];
+  try {
+    if (der[0] !== 0x30 || derLength(der) !== der.length) return undefined;
+    integers = derChildren(der, "ECDSA signature");
+  } catch {
+    return undefined;
+  }
+  if (integers.length !== 2) return undefined;
+  const out = new Uint8Array(2 * scalarLength);
+  for (const [i, integer] of integers.entries()) {
+    if (integer[0] !== 0x02) return undefined;
+    let value = integer.subarray(integer[1] < 0x80 ? 2 : 2 + (integer[1] & 0x7f));
+    while (value.length > 1 && value[0] === 0) value = value.subarray(1);
+    if (value.length > scalarLength) return undefined;
+    out.set(value, (i + 1) * scalarLength - value.length);
+  }
+  return out;
+}
+
+/** A WebCrypto ECDSA signature (P1363: r ‖ s) as X.509 carries it: DER `SEQUENCE { r, s }`. */
+function ecdsaSignatureDer(p1363: Uint8Array): Uint8Array<ArrayBuffer> {
+  const half = p1363.length / 2;
+  return derSequence(derUnsignedInteger(p1363.subarray(0, half)), derUnsignedInteger(p1363.subarray(half)));
 }
 
 interface SubjectAttribute {
@@ -370,8 +549,8 @@ function nodeNameOf(commonName: string): string {
   }
 }
 
-/** Applies the kubelet certificate rules to a (signature-checked) CSR; returns what it may have. */
-function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint8Array[] } {
+/** Applies the kubelet certificate rules to a (signature-checked) CSR; returns its node name and what it may have. */
+function checkCertificateRequest(csr: CertificationRequest): { nodeName: string; ipAddresses: Uint8Array[] } {
   const info = csr.certificationRequestInfo;
   const attributes = subjectAttributes(info.subject);
   const valuesOf = (type: string) => attributes.filter((a) => a.type === type).map((a) => a.value);
@@ -393,7 +572,7 @@ function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint
   if (commonNames.length !== 1) {
     throw rejected(`certificate request must have exactly one common name but has ${describe(commonNames)}`);
   }
-  nodeNameOf(commonNames[0]);
+  const nodeName = nodeNameOf(commonNames[0]);
   const other = attributes.find((a) => a.type !== OID_ORGANIZATION && a.type !== OID_COMMON_NAME);
   if (other) {
     throw rejected(
@@ -428,7 +607,7 @@ function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint
       ipAddresses.push(...ipAddressesOf(new Uint8Array(extension.extnValue.buffer)));
     }
   }
-  return { ipAddresses };
+  return { nodeName, ipAddresses };
 }
 
 /** GeneralName tags (RFC 5280 §4.2.1.6) other than iPAddress, by what a CSR may not contain. */
@@ -497,20 +676,52 @@ function checkAddresses(ipAddresses: readonly Uint8Array[], reserved: readonly R
   }
 }
 
-function ipAddressesExtension(ipAddresses: Uint8Array[]): x509.Extension {
-  const names = new asn1js.Sequence({
-    value: ipAddresses.map((ip) =>
-      new asn1js.Primitive({
-        idBlock: { tagClass: TAG_CLASS_CONTEXT, tagNumber: TAG_IP_ADDRESS },
-        valueHex: ip,
-      })
-    ),
-  });
-  return new x509.Extension(id_ce_subjectAltName, false, names.toBER());
+/** The GeneralNames of a subjectAltName extension holding `ipAddresses`. */
+function ipAddressNames(ipAddresses: Uint8Array[]): Uint8Array {
+  return derSequence(...ipAddresses.map((ip) => derElement(derContextTag(TAG_IP_ADDRESS, false), ip)));
 }
 
-function randomSerialNumber(): string {
-  return crypto.getRandomValues(new Uint8Array(16)).toHex();
+// --- issuing certificates ---
+
+const OID_KEY_USAGE = "2.5.29.15";
+const OID_EXTENDED_KEY_USAGE = "2.5.29.37";
+const OID_BASIC_CONSTRAINTS = "2.5.29.19";
+const OID_AUTHORITY_KEY_IDENTIFIER = "2.5.29.35";
+const OID_CLIENT_AUTH = "1.3.6.1.5.5.7.3.2";
+/** KeyUsage with only digitalSignature (bit 0): a BIT STRING of one byte, 7 unused bits. */
+const DIGITAL_SIGNATURE_ONLY = derElement(0x03, Uint8Array.of(7, 0x80));
+/** Random bytes of a serial number: 128 bits, encoded as a positive INTEGER. */
+const SERIAL_NUMBER_BYTES = 16;
+
+/** Signature AlgorithmIdentifiers by the CA key's WebCrypto algorithm (RFC 5758 for ECDSA, RFC 4055 for RSA). */
+const signatureAlgorithmIdentifiers: Record<string, Uint8Array> = {
+  "ECDSA SHA-256": derSequence(derOid("1.2.840.10045.4.3.2")),
+  "ECDSA SHA-384": derSequence(derOid("1.2.840.10045.4.3.3")),
+  "RSASSA-PKCS1-v1_5": derSequence(derOid("1.2.840.113549.1.1.11"), DER_NULL), // the key is imported with SHA-256
+};
+
+/** What certificates issued by the CA `certificate`, signing with `signingAlgorithm`, carry of it. */
+function issuerFields(
+  certificate: x509.X509Certificate,
+  signingAlgorithm: EcdsaParams | Algorithm,
+): IssuerFields {
+  const hash = "hash" in signingAlgorithm ? ` ${signingAlgorithm.hash}` : "";
+  const signatureAlgorithm = signatureAlgorithmIdentifiers[`${signingAlgorithm.name}${hash}`];
+  if (!signatureAlgorithm) {
+    throw new Error(`no signature algorithm identifier for ${signingAlgorithm.name}${hash}`);
+  }
+  const keyId = certificate.getExtension(x509.SubjectKeyIdentifierExtension)?.keyId;
+  return {
+    name: new Uint8Array(certificate.subjectName.toArrayBuffer()),
+    signatureAlgorithm,
+    // AuthorityKeyIdentifier ::= SEQUENCE { keyIdentifier [0] IMPLICIT OCTET STRING }
+    authorityKeyIdentifier: keyId
+      ? derSequence(
+        derOid(OID_AUTHORITY_KEY_IDENTIFIER),
+        derOctetString(derSequence(derElement(derContextTag(0, false), Uint8Array.fromHex(keyId)))),
+      )
+      : undefined,
+  };
 }
 
 // --- the join service's signer ---
@@ -564,11 +775,9 @@ export function kubeletSigner(options: KubeletSignerOptions): KubeletSigner & { 
         ? [serviceAddress, { address: endpointAddress, what: "the API server endpoint's address" }]
         : [serviceAddress];
       try {
-        const certificatePem = await signKubeletCertificate(csrDer, loaded, {
-          clock: options.clock,
-          reservedAddresses,
-        });
-        return { certificatePem, nodeName: k8sCompliantHostname(nodeNameFromCsr(csrDer)) };
+        const request = await checkedCertificateRequest(csrDer, reservedAddresses);
+        const certificatePem = await issueKubeletCertificate(request, loaded, options.clock.now());
+        return { certificatePem, nodeName: k8sCompliantHostname(request.nodeName) };
       } catch (error) {
         const refused = (error instanceof KubeletCaError && error.reason.startsWith("csr-")) ||
           error instanceof NodeNameError;

@@ -1,5 +1,7 @@
 /**
- * Strict DER parsing into `@peculiar/asn1-schema` classes.
+ * Strict DER parsing into `@peculiar/asn1-schema` classes, walking the elements of
+ * parsed DER, and the few DER encoders the kubelet certificate signer needs
+ * (`src/joinservice/kubeletca.ts`).
  *
  * @module
  */
@@ -42,4 +44,122 @@ export function derLength(bytes: Uint8Array): number | undefined {
   let length = 0;
   for (let i = 0; i < count; i++) length = length * 256 + bytes[2 + i];
   return 2 + count + length;
+}
+
+/**
+ * The elements inside the constructed DER element `element` (e.g. a
+ * SEQUENCE), each as the slice of its whole encoding (tag, length, content).
+ * For input already checked by {@linkcode parseDer}; throws
+ * {@linkcode DerError} naming `what` on a malformed header.
+ */
+export function derChildren<T extends ArrayBufferLike>(
+  element: Uint8Array<T>,
+  what: string,
+): Uint8Array<T>[] {
+  const total = derLength(element);
+  if (total === undefined || total > element.length) throw new DerError(what);
+  const children: Uint8Array<T>[] = [];
+  let offset = element[1] < 0x80 ? 2 : 2 + (element[1] & 0x7f);
+  while (offset < total) {
+    const length = derLength(element.subarray(offset, total));
+    if (length === undefined || offset + length > total) throw new DerError(what);
+    children.push(element.subarray(offset, offset + length));
+    offset += length;
+  }
+  return children;
+}
+
+// --- encoding ---
+
+/** DER tags used by the encoders below. */
+export const DerTag = {
+  boolean: 0x01,
+  integer: 0x02,
+  bitString: 0x03,
+  octetString: 0x04,
+  null: 0x05,
+  oid: 0x06,
+  utcTime: 0x17,
+  generalizedTime: 0x18,
+  sequence: 0x30,
+} as const;
+
+/** One DER element: `tag`, the definite length, and `parts` concatenated as its content. */
+export function derElement(tag: number, ...parts: Uint8Array[]): Uint8Array<ArrayBuffer> {
+  const length = parts.reduce((sum, part) => sum + part.length, 0);
+  const lengthBytes: number[] = [];
+  for (let rest = length; rest > 0; rest = Math.floor(rest / 256)) lengthBytes.unshift(rest % 256);
+  const header = length < 0x80 ? [tag, length] : [tag, 0x80 | lengthBytes.length, ...lengthBytes];
+  const out = new Uint8Array(header.length + length);
+  out.set(header);
+  let offset = header.length;
+  for (const part of parts) {
+    out.set(part, offset);
+    offset += part.length;
+  }
+  return out;
+}
+
+/** A SEQUENCE of `elements`. */
+export function derSequence(...elements: Uint8Array[]): Uint8Array<ArrayBuffer> {
+  return derElement(DerTag.sequence, ...elements);
+}
+
+/** A context-specific tag `[number]`, constructed (EXPLICIT, or IMPLICIT of a constructed type) or not. */
+export function derContextTag(number: number, constructed: boolean): number {
+  return 0x80 | (constructed ? 0x20 : 0) | number;
+}
+
+/** A non-negative INTEGER from its big-endian magnitude, minimally encoded. */
+export function derUnsignedInteger(magnitude: Uint8Array): Uint8Array<ArrayBuffer> {
+  let start = 0;
+  while (start < magnitude.length - 1 && magnitude[start] === 0) start++;
+  const digits = magnitude.subarray(start);
+  return digits.length > 0 && digits[0] & 0x80
+    ? derElement(DerTag.integer, Uint8Array.of(0), digits)
+    : derElement(DerTag.integer, digits.length > 0 ? digits : Uint8Array.of(0));
+}
+
+/** An OBJECT IDENTIFIER from its dotted form, e.g. "1.2.840.10045.4.3.2". */
+export function derOid(dotted: string): Uint8Array<ArrayBuffer> {
+  const [first, second, ...rest] = dotted.split(".").map(Number);
+  const bytes: number[] = [];
+  for (const arc of [first * 40 + second, ...rest]) {
+    const base128 = [arc & 0x7f];
+    for (let value = Math.floor(arc / 128); value > 0; value = Math.floor(value / 128)) {
+      base128.unshift(0x80 | (value & 0x7f));
+    }
+    bytes.push(...base128);
+  }
+  return derElement(DerTag.oid, Uint8Array.from(bytes));
+}
+
+/** A BIT STRING of whole bytes (no unused bits). */
+export function derBitString(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
+  return derElement(DerTag.bitString, Uint8Array.of(0), bytes);
+}
+
+/** An OCTET STRING. */
+export function derOctetString(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
+  return derElement(DerTag.octetString, bytes);
+}
+
+/** BOOLEAN TRUE (DER encodes a FALSE default by leaving it out). */
+export const DER_TRUE: Uint8Array<ArrayBuffer> = derElement(DerTag.boolean, Uint8Array.of(0xff));
+
+/** NULL. */
+export const DER_NULL: Uint8Array<ArrayBuffer> = derElement(DerTag.null);
+
+/**
+ * An X.509 Time (RFC 5280 §4.1.2.5): UTCTime `YYMMDDHHMMSSZ` for the years
+ * 1950–2049, GeneralizedTime `YYYYMMDDHHMMSSZ` otherwise; whole seconds.
+ */
+export function derTime(date: Date): Uint8Array<ArrayBuffer> {
+  const year = date.getUTCFullYear();
+  const two = (n: number) => String(n).padStart(2, "0");
+  const rest = two(date.getUTCMonth() + 1) + two(date.getUTCDate()) + two(date.getUTCHours()) +
+    two(date.getUTCMinutes()) + two(date.getUTCSeconds()) + "Z";
+  const utc = year >= 1950 && year < 2050;
+  const text = (utc ? two(year % 100) : String(year).padStart(4, "0")) + rest;
+  return derElement(utc ? DerTag.utcTime : DerTag.generalizedTime, new TextEncoder().encode(text));
 }

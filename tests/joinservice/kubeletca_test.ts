@@ -286,6 +286,54 @@ Deno.test("subject attributes may come in any order and IPv6-only SANs are copie
   ]);
 });
 
+Deno.test("CSRs of every key type a node may use verify; other signature algorithms are refused", async () => {
+  /** A node CSR made by openssl with `key` (PEM) and `digest` (none for Ed25519). */
+  const csrWith = (key: string, digest?: string) =>
+    opensslOk(
+      [
+        "req",
+        "-new",
+        "-key",
+        "/dev/stdin",
+        ...(digest ? [digest] : []),
+        "-subj",
+        "/O=system:nodes/CN=system:node:worker-1",
+        "-outform",
+        "DER",
+      ],
+      key,
+    );
+  const keys: [string, string, string?][] = [
+    ["EC P-256, SHA-384", ecSec1, "-sha384"],
+    ["EC P-384", p384Sec1, "-sha384"],
+    ["EC P-521", await openssl(["ecparam", "-name", "secp521r1", "-genkey", "-noout"]), "-sha512"],
+    ["RSA-2048", rsaPkcs1, "-sha256"],
+    ["Ed25519", await openssl(["genpkey", "-algorithm", "ed25519"])],
+  ];
+  for (const [label, key, digest] of keys) {
+    const pem = await signKubeletCertificate(await csrWith(key, digest), ecCa).catch((e) => {
+      throw new Error(`${label}: ${e.message}`);
+    });
+    assert.equal(new x509.X509Certificate(pem).subject, "O=system:nodes, CN=system:node:worker-1", label);
+    const verified = await opensslVerify(ecCert, pem, "sslclient");
+    assert.equal(verified.code, 0, `${label}: ${verified.output}`);
+  }
+  await assertCaError(
+    signKubeletCertificate(await csrWith(ecSec1, "-sha1"), ecCa),
+    "csr-signature-invalid",
+    "certificate request signature cannot be verified (unsupported key or signature algorithm)",
+  );
+});
+
+Deno.test("a certificate valid past 2049 ends in a GeneralizedTime (RFC 5280), which openssl reads", async () => {
+  const clock = new ManualClock(Date.UTC(2049, 5, 1, 12, 0, 0));
+  const certificate = await signOk(await opensslNodeCsr(), ecCa, clock);
+  assert.equal(certificate.notBefore.getTime(), clock.now() - 2 * 3600 * 1000);
+  assert.equal(certificate.notAfter.getTime(), clock.now() + KUBELET_CERT_VALIDITY_MS);
+  const dates = await openssl(["x509", "-noout", "-dates"], certificate.toString("pem"));
+  assert.match(dates, /notBefore=Jun {2}1 10:00:00 2049 GMT\nnotAfter=Jun {2}1 12:00:00 2050 GMT/);
+});
+
 Deno.test("readKubeletCa reads ca.crt and ca.key, and names a missing file", async () => {
   await withTempDir(async (dir) => {
     await Deno.writeTextFile(`${dir}/ca.crt`, ecCert);
