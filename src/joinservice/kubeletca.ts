@@ -48,7 +48,7 @@ import {
   parseIp,
 } from "../net/ip.ts";
 import { SharedLoad } from "../async/shared_load.ts";
-import { fileStamp } from "../fs/file_stamp.ts";
+import { FILE_CHECK_INTERVAL_MS, fileStamp } from "../fs/file_stamp.ts";
 import type { ApiServerEndpointSource, KubeletSigner } from "./dependencies.ts";
 import { k8sCompliantHostname, NodeNameError, nodeNameFromCommonName } from "../kubernetes/nodename.ts";
 import { reject } from "./rejections.ts";
@@ -741,17 +741,21 @@ export interface KubeletSignerOptions {
 /**
  * The join service's {@linkcode KubeletSigner}: the CA in
  * `<pki>/ca.{crt,key}`, loaded once for all requests and again when the
- * files change, refusing the API server's endpoint address and the service
- * network's first address besides loopback. `checkCa` loads the CA once,
- * for a clear error at start.
+ * files change (they are looked at once a second at most), refusing the API
+ * server's endpoint address and the service network's first address besides
+ * loopback. `checkCa` loads the CA once, for a clear error at start.
  */
 export function kubeletSigner(options: KubeletSignerOptions): KubeletSigner & { checkCa(): Promise<void> } {
   const certFile = `${options.pkiDir}/ca.crt`;
   const keyFile = `${options.pkiDir}/ca.key`;
   const ca = new SharedLoad(() => readKubeletCa({ certFile, keyFile }));
+  const stamp = new SharedLoad(() => fileStamp([certFile, keyFile]), {
+    maxAgeMs: FILE_CHECK_INTERVAL_MS,
+    clock: options.clock,
+  });
   const loadCa = async (signal?: AbortSignal) => {
     try {
-      return await ca.get({ version: await fileStamp([certFile, keyFile]), signal });
+      return await ca.get({ version: await stamp.get({ signal }), signal });
     } catch (error) {
       if (!(error instanceof KubeletCaError)) throw error;
       throw reject("misconfigured", `cluster CA unusable: ${error.message}`);

@@ -3,6 +3,7 @@ import { AsnConvert } from "@peculiar/asn1-schema";
 import { Certificate } from "@peculiar/asn1-x509";
 import { encodePem } from "../../src/x509/pem.ts";
 import * as x509 from "../../src/x509/x509.ts";
+import { FILE_CHECK_INTERVAL_MS } from "../../src/fs/file_stamp.ts";
 import { ManualClock } from "../support/manual_clock.ts";
 import { opensslOk, opensslVerify } from "../support/openssl.ts";
 import {
@@ -768,9 +769,10 @@ Deno.test("the join service's signer refuses the endpoint it hands out and the s
     await Deno.writeTextFile(`${dir}/ca.crt`, ecCert);
     await Deno.writeTextFile(`${dir}/ca.key`, ecSec1);
     let endpoint = "192.168.7.1:6443";
+    const clock = new ManualClock(fixedClock.now());
     const signer = kubeletSigner({
       pkiDir: dir,
-      clock: fixedClock,
+      clock,
       serviceNetwork: parseCidr("172.20.0.0/16")!,
       apiServerEndpoint: { current: () => Promise.resolve(endpoint) },
     });
@@ -797,6 +799,8 @@ Deno.test("the join service's signer refuses the endpoint it hands out and the s
     assert.equal(await ask("192.168.7.1"), "worker-1", "a host name endpoint reserves no address");
 
     await Deno.writeTextFile(`${dir}/ca.key`, "not a key");
+    assert.equal(await ask("10.0.0.7"), "worker-1", "the files are looked at again only after a while");
+    clock.advance(FILE_CHECK_INTERVAL_MS);
     const broken = await ask("10.0.0.7");
     assert.ok(broken instanceof Rejection);
     assert.equal(broken.reason, "misconfigured");
