@@ -46,6 +46,7 @@ import {
 } from "../../src/joinservice/components.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefiles.ts";
 import { bootstrapTokenSecretName } from "../../src/joinservice/bootstraptoken.ts";
+import { JOIN_SERVICE_DENO_FLAGS } from "../../src/joinservice/runtime.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../../src/kubernetes/names.ts";
 import { deriveKey } from "../../src/kms/hkdf.ts";
 import {
@@ -496,8 +497,8 @@ export interface JoinServiceCommandOptions {
 /**
  * The `deno run` arguments of a join service of a cluster: the
  * `join-service` permission set reading only the cluster's files and
- * reaching only 127.0.0.1, both ports free ones on 127.0.0.1, open rate
- * limits, then `options.flags`.
+ * reaching only 127.0.0.1, the service's runtime flags (`runtime.ts`), both
+ * ports free ones on 127.0.0.1, open rate limits, then `options.flags`.
  */
 export function joinServiceCommand(options: JoinServiceCommandOptions): string[] {
   const { paths, flags = [] } = options;
@@ -507,6 +508,7 @@ export function joinServiceCommand(options: JoinServiceCommandOptions): string[]
     "--no-prompt",
     `--allow-read=${paths.root}`,
     "--allow-net=127.0.0.1",
+    ...JOIN_SERVICE_DENO_FLAGS,
     ...(options.denoFlags ?? []),
     "src/joinservice/main.ts",
     ...["--attestation-variant", CLUSTER_VARIANT],
