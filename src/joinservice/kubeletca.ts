@@ -291,12 +291,8 @@ async function checkedCertificateRequest(
  */
 async function issueKubeletCertificate(request: KubeletRequest, ca: KubeletCa, now: number): Promise<string> {
   const { issued } = ca;
-  const extension = (oid: string, critical: boolean, value: Uint8Array) =>
-    derSequence(derOid(oid), ...(critical ? [DER_TRUE] : []), derOctetString(value));
   const extensions = [
-    extension(OID_KEY_USAGE, true, DIGITAL_SIGNATURE_ONLY),
-    extension(OID_EXTENDED_KEY_USAGE, false, derSequence(derOid(OID_CLIENT_AUTH))),
-    extension(OID_BASIC_CONSTRAINTS, true, derSequence()), // cA FALSE, the default, is left out
+    ...KUBELET_EXTENSIONS,
     ...(issued.authorityKeyIdentifier ? [issued.authorityKeyIdentifier] : []),
     ...(request.ipAddresses.length > 0
       ? [extension(id_ce_subjectAltName, false, ipAddressNames(request.ipAddresses))]
@@ -693,6 +689,18 @@ const DIGITAL_SIGNATURE_ONLY = derElement(0x03, Uint8Array.of(7, 0x80));
 /** Random bytes of a serial number: 128 bits, encoded as a positive INTEGER. */
 const SERIAL_NUMBER_BYTES = 16;
 
+/** An Extension: its OID, `critical` when it is (FALSE, the default, is left out), its DER value. */
+function extension(oid: string, critical: boolean, value: Uint8Array): Uint8Array {
+  return derSequence(derOid(oid), ...(critical ? [DER_TRUE] : []), derOctetString(value));
+}
+
+/** The extensions every kubelet certificate starts with: a client certificate, and not a CA. */
+const KUBELET_EXTENSIONS: readonly Uint8Array[] = [
+  extension(OID_KEY_USAGE, true, DIGITAL_SIGNATURE_ONLY),
+  extension(OID_EXTENDED_KEY_USAGE, false, derSequence(derOid(OID_CLIENT_AUTH))),
+  extension(OID_BASIC_CONSTRAINTS, true, derSequence()), // cA FALSE, the default, is left out
+];
+
 /** Signature AlgorithmIdentifiers by the CA key's WebCrypto algorithm (RFC 5758 for ECDSA, RFC 4055 for RSA). */
 const signatureAlgorithmIdentifiers: Record<string, Uint8Array> = {
   "ECDSA SHA-256": derSequence(derOid("1.2.840.10045.4.3.2")),
@@ -716,9 +724,10 @@ function issuerFields(
     signatureAlgorithm,
     // AuthorityKeyIdentifier ::= SEQUENCE { keyIdentifier [0] IMPLICIT OCTET STRING }
     authorityKeyIdentifier: keyId
-      ? derSequence(
-        derOid(OID_AUTHORITY_KEY_IDENTIFIER),
-        derOctetString(derSequence(derElement(derContextTag(0, false), Uint8Array.fromHex(keyId)))),
+      ? extension(
+        OID_AUTHORITY_KEY_IDENTIFIER,
+        false,
+        derSequence(derElement(derContextTag(0, false), Uint8Array.fromHex(keyId))),
       )
       : undefined,
   };
