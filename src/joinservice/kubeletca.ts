@@ -15,26 +15,24 @@
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
-import { ECParameters } from "@peculiar/asn1-ecc";
-import { Extensions, id_ce_subjectAltName, type Name } from "@peculiar/asn1-x509";
-import { CertificationRequest } from "@peculiar/asn1-csr";
-import * as asn1js from "asn1js";
 import * as x509 from "../x509/x509.ts";
 import {
   DER_NULL,
   DER_TRUE,
   derBitString,
-  derChildren,
   derContextTag,
   derElement,
   DerError,
-  derLength,
+  type DerNode,
+  derNodes,
   derOctetString,
   derOid,
+  derOidString,
   derSequence,
+  DerTag,
   derTime,
   derUnsignedInteger,
-  parseDer,
+  readDer,
 } from "../x509/der.ts";
 import { decodePem, encodePem, PemError } from "../x509/pem.ts";
 import { checkKeyMatchesCertificate, importSigningKey, PrivateKeyError } from "../x509/private_key.ts";
@@ -274,13 +272,10 @@ async function checkedCertificateRequest(
   reservedAddresses: readonly ReservedAddress[],
 ): Promise<KubeletRequest> {
   const csr = parseCertificateRequest(csrDer);
-  // The signed bytes, subject and key exactly as the node encoded them.
-  const [info] = derChildren(new Uint8Array(csrDer), "certificate request");
-  const [, subject, publicKey] = derChildren(info, "certificate request");
-  await verifyCertificateRequestSignature(csr, info, publicKey);
+  await verifyCertificateRequestSignature(csr);
   const { nodeName, ipAddresses } = checkCertificateRequest(csr);
   checkAddresses(ipAddresses, reservedAddresses);
-  return { nodeName, subject, publicKey, ipAddresses };
+  return { nodeName, subject: csr.subject, publicKey: csr.publicKey, ipAddresses };
 }
 
 /**
@@ -295,7 +290,7 @@ async function issueKubeletCertificate(request: KubeletRequest, ca: KubeletCa, n
     ...KUBELET_EXTENSIONS,
     ...(issued.authorityKeyIdentifier ? [issued.authorityKeyIdentifier] : []),
     ...(request.ipAddresses.length > 0
-      ? [extension(id_ce_subjectAltName, false, ipAddressNames(request.ipAddresses))]
+      ? [extension(OID_SUBJECT_ALT_NAME, false, ipAddressNames(request.ipAddresses))]
       : []),
   ];
   const tbsCertificate = derSequence(
@@ -329,8 +324,7 @@ async function issueKubeletCertificate(request: KubeletRequest, ca: KubeletCa, n
  * Throws {@linkcode KubeletCaError}.
  */
 export function nodeNameFromCsr(csrDer: Uint8Array): string {
-  const csr = parseCertificateRequest(csrDer);
-  const commonNames = subjectAttributes(csr.certificationRequestInfo.subject)
+  const commonNames = parseCertificateRequest(csrDer).subjectAttributes
     .filter((a) => a.type === OID_COMMON_NAME)
     .map((a) => a.value);
   if (commonNames.length !== 1) {
@@ -344,6 +338,7 @@ export function nodeNameFromCsr(csrDer: Uint8Array): string {
 const OID_COMMON_NAME = "2.5.4.3";
 const OID_ORGANIZATION = "2.5.4.10";
 const OID_EXTENSION_REQUEST = "1.2.840.113549.1.9.14";
+const OID_SUBJECT_ALT_NAME = "2.5.29.17";
 
 /** Readable names of OIDs that appear in CSRs, for error messages. */
 const oidNames: Record<string, string> = {
@@ -391,19 +386,146 @@ function describe(values: string[]): string {
     : `${values.length} (${values.map((v) => JSON.stringify(v)).join(", ")})`;
 }
 
-function parseCertificateRequest(der: Uint8Array): CertificationRequest {
-  if (der.length === 0) throw new KubeletCaError("csr-malformed", "certificate request is empty");
-  return parseCsrDer(der, CertificationRequest, "certificate request is not a DER-encoded PKCS#10 request");
+/**
+ * A PKCS#10 request (RFC 2986) as the signer reads it: the parts it checks,
+ * and the DER of the parts it verifies and copies, exactly as the node
+ * encoded them.
+ */
+interface CertificateRequest {
+  /** certificationRequestInfo: the signed bytes. */
+  info: Uint8Array<ArrayBuffer>;
+  /** The subject (a Name). */
+  subject: Uint8Array;
+  /** The subject's attributes, in order. */
+  subjectAttributes: SubjectAttribute[];
+  /** The SubjectPublicKeyInfo. */
+  publicKey: Uint8Array<ArrayBuffer>;
+  /** The key's algorithm OID, and its named curve's OID for an EC key. */
+  keyAlgorithm: { oid: string; namedCurve?: string };
+  /** The request's attributes: type OID and the DER of each value. */
+  attributes: { type: string; values: Uint8Array[] }[];
+  /** The signature algorithm's OID. */
+  signatureAlgorithm: string;
+  /** The signature (the BIT STRING's bytes). */
+  signature: Uint8Array<ArrayBuffer>;
 }
 
-/** DER of a CSR part; a parse failure is "csr-malformed" with `message`. */
-function parseCsrDer<T>(data: ArrayBuffer | Uint8Array, schema: new () => T, message: string): T {
+interface SubjectAttribute {
+  type: string;
+  value: string;
+}
+
+/**
+ * Reads a DER PKCS#10 request, refusing anything else (trailing bytes
+ * included) as "csr-malformed". A small reader rather than the schema
+ * library: this runs for every join ticket.
+ */
+function parseCertificateRequest(der: Uint8Array): CertificateRequest {
+  if (der.length === 0) throw new KubeletCaError("csr-malformed", "certificate request is empty");
   try {
-    return parseDer(data, schema, "certificate request");
+    const bytes = new Uint8Array(der);
+    const [info, signatureAlgorithm, signature] = sequence(readDer(bytes, READ_ERROR), 3);
+    // attributes [0] may be left out: none.
+    const [version, subject, publicKey, attributes, ...rest] = derNodes(
+      expect(info, DerTag.sequence).content,
+      READ_ERROR,
+    );
+    if (rest.length > 0) throw new DerError(READ_ERROR);
+    if (expect(version, DerTag.integer).content.length !== 1 || version.content[0] !== 0) {
+      throw new DerError(READ_ERROR);
+    }
+    const [keyAlgorithm] = sequence(expect(publicKey, DerTag.sequence), 2);
+    return {
+      info: info.encoded,
+      subject: expect(subject, DerTag.sequence).encoded,
+      subjectAttributes: derNodes(subject.content, READ_ERROR).flatMap((rdn) =>
+        derNodes(expect(rdn, DerTag.set).content, READ_ERROR).map((pair) => {
+          const [type, value] = sequence(expect(pair, DerTag.sequence), 2);
+          return { type: oidOf(type), value: directoryString(value) };
+        })
+      ),
+      publicKey: publicKey.encoded,
+      keyAlgorithm: algorithmOf(keyAlgorithm),
+      attributes: attributes === undefined ? [] : attributesOf(attributes),
+      signatureAlgorithm: algorithmOf(signatureAlgorithm).oid,
+      signature: bitStringBytes(signature),
+    };
   } catch (error) {
-    if (error instanceof DerError) throw new KubeletCaError("csr-malformed", message);
-    throw error;
+    if (!(error instanceof DerError)) throw error;
+    throw new KubeletCaError("csr-malformed", "certificate request is not a DER-encoded PKCS#10 request");
   }
+}
+
+/** What a DER error names while a request is read (the caller turns it into its own message). */
+const READ_ERROR = "certificate request";
+
+/** `node`, when it has tag `tag`; throws {@linkcode DerError} otherwise. */
+function expect<T extends ArrayBufferLike>(node: DerNode<T> | undefined, tag: number): DerNode<T> {
+  if (node?.tag !== tag) throw new DerError(READ_ERROR);
+  return node;
+}
+
+/** The elements of SEQUENCE `node`, which must be exactly `count`. */
+function sequence<T extends ArrayBufferLike>(node: DerNode<T>, count: number): DerNode<T>[] {
+  const nodes = derNodes(expect(node, DerTag.sequence).content, READ_ERROR);
+  if (nodes.length !== count) throw new DerError(READ_ERROR);
+  return nodes;
+}
+
+function oidOf(node: DerNode): string {
+  return derOidString(expect(node, DerTag.oid).content, READ_ERROR);
+}
+
+/** AlgorithmIdentifier: its OID, and the OID of its parameters when they are one (an EC key's named curve). */
+function algorithmOf(node: DerNode): { oid: string; namedCurve?: string } {
+  const [algorithm, parameters, ...rest] = derNodes(expect(node, DerTag.sequence).content, READ_ERROR);
+  if (rest.length > 0) throw new DerError(READ_ERROR);
+  const oid = oidOf(algorithm);
+  return parameters?.tag === DerTag.oid ? { oid, namedCurve: oidOf(parameters) } : { oid };
+}
+
+/** `attributes [0] IMPLICIT SET OF Attribute`, Attribute ::= SEQUENCE { type OID, values SET OF ANY }. */
+function attributesOf(node: DerNode): { type: string; values: Uint8Array[] }[] {
+  return derNodes(expect(node, derContextTag(0, true)).content, READ_ERROR).map((attribute) => {
+    const [type, values] = sequence(attribute, 2);
+    return {
+      type: oidOf(type),
+      values: derNodes(expect(values, DerTag.set).content, READ_ERROR).map((v) => v.encoded),
+    };
+  });
+}
+
+/** A BIT STRING of whole bytes. */
+function bitStringBytes(node: DerNode): Uint8Array<ArrayBuffer> {
+  const { content } = expect(node, DerTag.bitString);
+  if (content[0] !== 0) throw new DerError(READ_ERROR);
+  return new Uint8Array(content.subarray(1));
+}
+
+/** Decoders of the string types a Name's attribute value may have (X.520 DirectoryString, and IA5String). */
+const stringDecoders: Record<number, (bytes: Uint8Array) => string> = {
+  0x0c: (bytes) => new TextDecoder().decode(bytes), // UTF8String
+  0x13: (bytes) => new TextDecoder("latin1").decode(bytes), // PrintableString
+  0x14: (bytes) => new TextDecoder("latin1").decode(bytes), // TeletexString
+  0x16: (bytes) => new TextDecoder("latin1").decode(bytes), // IA5String
+  0x1e: (bytes) => new TextDecoder("utf-16be").decode(bytes), // BMPString
+  0x1c: utf32be, // UniversalString
+};
+
+/** UTF-32BE text; a value that is no Unicode scalar value becomes U+FFFD. */
+function utf32be(bytes: Uint8Array): string {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let text = "";
+  for (let offset = 0; offset + 4 <= bytes.length; offset += 4) {
+    const point = view.getUint32(offset);
+    text += point <= 0x10ffff && (point < 0xd800 || point > 0xdfff) ? String.fromCodePoint(point) : "\ufffd";
+  }
+  return text;
+}
+
+/** An attribute value as text, or "<not a string>". */
+function directoryString(node: DerNode): string {
+  return stringDecoders[node.tag]?.(node.content) ?? "<not a string>";
 }
 
 /**
@@ -412,23 +534,18 @@ function parseCsrDer<T>(data: ArrayBuffer | Uint8Array, schema: new () => T, mes
  * P-256, P-384 or P-521 or RSASSA-PKCS1-v1_5, with SHA-256, -384 or -512,
  * or Ed25519.
  */
-async function verifyCertificateRequestSignature(
-  csr: CertificationRequest,
-  info: Uint8Array<ArrayBuffer>,
-  publicKey: Uint8Array<ArrayBuffer>,
-): Promise<void> {
+async function verifyCertificateRequestSignature(csr: CertificateRequest): Promise<void> {
   const unsupported = () =>
     new KubeletCaError(
       "csr-signature-invalid",
       "certificate request signature cannot be verified (unsupported key or signature algorithm)",
     );
-  const signatureAlgorithm = csrSignatureAlgorithms[csr.signatureAlgorithm.algorithm];
-  const keyAlgorithm = csr.certificationRequestInfo.subjectPKInfo.algorithm;
-  const keyParameters = csrKeyAlgorithm(keyAlgorithm.algorithm, keyAlgorithm.parameters);
+  const signatureAlgorithm = csrSignatureAlgorithms[csr.signatureAlgorithm];
+  const keyParameters = csrKeyAlgorithm(csr.keyAlgorithm);
   if (!signatureAlgorithm || !keyParameters || signatureAlgorithm.key !== keyParameters.name) {
     throw unsupported();
   }
-  let signature = new Uint8Array(csr.signature);
+  let signature = csr.signature;
   if (keyParameters.name === "ECDSA") {
     const p1363 = ecdsaSignatureP1363(signature, ecScalarLengths[keyParameters.namedCurve]);
     if (!p1363) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
@@ -438,7 +555,7 @@ async function verifyCertificateRequestSignature(
   try {
     const key = await crypto.subtle.importKey(
       "spki",
-      publicKey,
+      csr.publicKey,
       { ...keyParameters, hash: signatureAlgorithm.hash },
       false,
       ["verify"],
@@ -447,7 +564,7 @@ async function verifyCertificateRequestSignature(
       { name: keyParameters.name, hash: signatureAlgorithm.hash },
       key,
       signature,
-      info,
+      csr.info,
     );
   } catch {
     throw unsupported();
@@ -479,16 +596,12 @@ const ecScalarLengths: Record<string, number> = { "P-256": 32, "P-384": 48, "P-5
 
 /** WebCrypto import parameters of a CSR's key algorithm, or undefined when unsupported. */
 function csrKeyAlgorithm(
-  oid: string,
-  parameters: ArrayBuffer | null | undefined,
+  algorithm: CertificateRequest["keyAlgorithm"],
 ): { name: "ECDSA"; namedCurve: string } | { name: "RSASSA-PKCS1-v1_5" | "Ed25519" } | undefined {
-  if (oid === "1.2.840.113549.1.1.1") return { name: "RSASSA-PKCS1-v1_5" };
-  if (oid === "1.3.101.112") return { name: "Ed25519" };
-  if (oid !== "1.2.840.10045.2.1" || !parameters) return undefined;
-  const curve =
-    parseCsrDer(parameters, ECParameters, "certificate request has malformed key parameters").namedCurve;
-  const namedCurve = curve === undefined ? undefined : csrCurves[curve];
-  return namedCurve ? { name: "ECDSA", namedCurve } : undefined;
+  if (algorithm.oid === "1.2.840.113549.1.1.1") return { name: "RSASSA-PKCS1-v1_5" };
+  if (algorithm.oid === "1.3.101.112") return { name: "Ed25519" };
+  const namedCurve = algorithm.namedCurve === undefined ? undefined : csrCurves[algorithm.namedCurve];
+  return algorithm.oid === "1.2.840.10045.2.1" && namedCurve ? { name: "ECDSA", namedCurve } : undefined;
 }
 
 /**
@@ -497,18 +610,16 @@ function csrKeyAlgorithm(
  * `scalarLength` bytes); undefined when it is not one.
  */
 function ecdsaSignatureP1363(der: Uint8Array, scalarLength: number): Uint8Array<ArrayBuffer> | undefined {
-  let integers: Uint8Array[];
+  let integers: DerNode[];
   try {
-    if (der[0] !== 0x30 || derLength(der) !== der.length) return undefined;
-    integers = derChildren(der, "ECDSA signature");
+    integers = sequence(readDer(der, "ECDSA signature"), 2);
   } catch {
     return undefined;
   }
-  if (integers.length !== 2) return undefined;
   const out = new Uint8Array(2 * scalarLength);
   for (const [i, integer] of integers.entries()) {
-    if (integer[0] !== 0x02) return undefined;
-    let value = integer.subarray(integer[1] < 0x80 ? 2 : 2 + (integer[1] & 0x7f));
+    if (integer.tag !== DerTag.integer) return undefined;
+    let value = integer.content;
     while (value.length > 1 && value[0] === 0) value = value.subarray(1);
     if (value.length > scalarLength) return undefined;
     out.set(value, (i + 1) * scalarLength - value.length);
@@ -522,20 +633,6 @@ function ecdsaSignatureDer(p1363: Uint8Array): Uint8Array<ArrayBuffer> {
   return derSequence(derUnsignedInteger(p1363.subarray(0, half)), derUnsignedInteger(p1363.subarray(half)));
 }
 
-interface SubjectAttribute {
-  type: string;
-  value: string;
-}
-
-function subjectAttributes(name: Name): SubjectAttribute[] {
-  return name.flatMap((rdn) =>
-    rdn.map((atv) => ({
-      type: atv.type,
-      value: atv.value.anyValue === undefined ? atv.value.toString() : "<not a string>",
-    }))
-  );
-}
-
 function nodeNameOf(commonName: string): string {
   try {
     return nodeNameFromCommonName(commonName);
@@ -546,9 +643,8 @@ function nodeNameOf(commonName: string): string {
 }
 
 /** Applies the kubelet certificate rules to a (signature-checked) CSR; returns its node name and what it may have. */
-function checkCertificateRequest(csr: CertificationRequest): { nodeName: string; ipAddresses: Uint8Array[] } {
-  const info = csr.certificationRequestInfo;
-  const attributes = subjectAttributes(info.subject);
+function checkCertificateRequest(csr: CertificateRequest): { nodeName: string; ipAddresses: Uint8Array[] } {
+  const attributes = csr.subjectAttributes;
   const valuesOf = (type: string) => attributes.filter((a) => a.type === type).map((a) => a.value);
 
   const organizations = valuesOf(OID_ORGANIZATION);
@@ -581,7 +677,7 @@ function checkCertificateRequest(csr: CertificationRequest): { nodeName: string;
   const ipAddresses: Uint8Array[] = [];
   let sawExtensionRequest = false;
   let sawAltNames = false;
-  for (const attribute of info.attributes) {
+  for (const attribute of csr.attributes) {
     if (attribute.type !== OID_EXTENSION_REQUEST) {
       throw rejected(`certificate request may not contain attribute ${oidName(attribute.type)}`);
     }
@@ -589,21 +685,34 @@ function checkCertificateRequest(csr: CertificationRequest): { nodeName: string;
       throw rejected("certificate request must have at most one extension request with one value");
     }
     sawExtensionRequest = true;
-    const extensions = parseCsrDer(
-      attribute.values[0],
-      Extensions,
-      "certificate request has a malformed extension request",
-    );
-    for (const extension of extensions) {
-      if (extension.extnID !== id_ce_subjectAltName) {
-        throw rejected(`certificate request may not contain extension ${oidName(extension.extnID)}`);
+    for (const extension of requestedExtensions(attribute.values[0])) {
+      if (extension.id !== OID_SUBJECT_ALT_NAME) {
+        throw rejected(`certificate request may not contain extension ${oidName(extension.id)}`);
       }
       if (sawAltNames) throw rejected("certificate request has more than one subjectAltName extension");
       sawAltNames = true;
-      ipAddresses.push(...ipAddressesOf(new Uint8Array(extension.extnValue.buffer)));
+      ipAddresses.push(...ipAddressesOf(extension.value));
     }
   }
   return { nodeName, ipAddresses };
+}
+
+/**
+ * The extensions of an extension request's value (`Extensions ::= SEQUENCE
+ * OF Extension`): each one's OID and its value's DER.
+ */
+function requestedExtensions(der: Uint8Array): { id: string; value: Uint8Array }[] {
+  try {
+    return derNodes(readDer(der, READ_ERROR, DerTag.sequence).content, READ_ERROR).map((extension) => {
+      const [id, ...rest] = derNodes(expect(extension, DerTag.sequence).content, READ_ERROR);
+      const critical = rest.length === 2 ? expect(rest.shift(), DerTag.boolean) : undefined;
+      if (rest.length !== 1 || (critical && critical.content.length !== 1)) throw new DerError(READ_ERROR);
+      return { id: oidOf(id), value: expect(rest[0], DerTag.octetString).content };
+    });
+  } catch (error) {
+    if (!(error instanceof DerError)) throw error;
+    throw new KubeletCaError("csr-malformed", "certificate request has a malformed extension request");
+  }
 }
 
 /** GeneralName tags (RFC 5280 §4.2.1.6) other than iPAddress, by what a CSR may not contain. */
@@ -618,7 +727,6 @@ const forbiddenNameKinds: Record<number, string> = {
   8: "registered IDs",
 };
 const TAG_IP_ADDRESS = 7;
-const TAG_CLASS_CONTEXT = 3;
 /** GeneralName kinds whose value is an IA5String, shown in errors. */
 const textNameTags = new Set([1, 2, 6]);
 
@@ -626,31 +734,33 @@ const textNameTags = new Set([1, 2, 6]);
 function ipAddressesOf(der: Uint8Array): Uint8Array[] {
   const malformed = () =>
     new KubeletCaError("csr-malformed", "certificate request has a malformed subjectAltName extension");
-  const parsed = asn1js.fromBER(der);
-  if (parsed.offset !== der.length || !(parsed.result instanceof asn1js.Sequence)) throw malformed();
+  let names: DerNode[];
+  try {
+    names = derNodes(readDer(der, READ_ERROR, DerTag.sequence).content, READ_ERROR);
+  } catch (error) {
+    if (error instanceof DerError) throw malformed();
+    throw error;
+  }
   const ipAddresses: Uint8Array[] = [];
   const forbidden = new Map<number, string[]>();
-  for (const name of parsed.result.valueBlock.value) {
-    const { tagClass, tagNumber } = name.idBlock;
-    if (
-      tagClass !== TAG_CLASS_CONTEXT || !(tagNumber in forbiddenNameKinds || tagNumber === TAG_IP_ADDRESS)
-    ) {
+  for (const name of names) {
+    // GeneralName: a context-specific tag [n]; constructed for the structured kinds.
+    const number = name.tag & 0x1f;
+    const constructed = (name.tag & 0x20) !== 0;
+    if ((name.tag & 0xc0) !== 0x80 || !(number in forbiddenNameKinds || number === TAG_IP_ADDRESS)) {
       throw malformed();
     }
-    const value = name.valueBlock instanceof asn1js.ValueBlock && "valueHexView" in name.valueBlock
-      ? new Uint8Array(name.valueBlock.valueHexView as Uint8Array)
-      : undefined;
-    if (tagNumber === TAG_IP_ADDRESS) {
-      if (!value || name.idBlock.isConstructed) throw malformed();
-      if (value.length !== 4 && value.length !== 16) {
-        throw rejected(`certificate request has an IP address of invalid length ${value.length}`);
+    if (number === TAG_IP_ADDRESS) {
+      if (constructed) throw malformed();
+      if (name.content.length !== 4 && name.content.length !== 16) {
+        throw rejected(`certificate request has an IP address of invalid length ${name.content.length}`);
       }
-      ipAddresses.push(value);
+      ipAddresses.push(name.content);
       continue;
     }
-    const shown = forbidden.get(tagNumber) ?? [];
-    if (value && textNameTags.has(tagNumber)) shown.push(new TextDecoder("latin1").decode(value));
-    forbidden.set(tagNumber, shown);
+    const shown = forbidden.get(number) ?? [];
+    if (!constructed && textNameTags.has(number)) shown.push(new TextDecoder("latin1").decode(name.content));
+    forbidden.set(number, shown);
   }
   for (const [tag, values] of [...forbidden].sort(([a], [b]) => a - b)) {
     const got = values.length > 0 ? ` (got ${values.map((v) => JSON.stringify(v)).join(", ")})` : "";

@@ -1,7 +1,8 @@
 /**
- * Strict DER parsing into `@peculiar/asn1-schema` classes, walking the elements of
- * parsed DER, and the few DER encoders the kubelet certificate signer needs
- * (`src/joinservice/kubeletca.ts`).
+ * DER: strict parsing into `@peculiar/asn1-schema` classes; a small reader
+ * of elements, for input read on every request (a kubelet CSR: the schema
+ * library allocates a hundred times its size to parse one); and the few
+ * encoders the kubelet certificate signer needs (`src/joinservice/kubeletca.ts`).
  *
  * @module
  */
@@ -46,32 +47,78 @@ export function derLength(bytes: Uint8Array): number | undefined {
   return 2 + count + length;
 }
 
+// --- reading ---
+
+/** One DER element as read: its tag byte, its content and its whole encoding. */
+export interface DerNode<T extends ArrayBufferLike = ArrayBufferLike> {
+  /** The tag byte (class, constructed bit, number below 31). */
+  tag: number;
+  /** The content octets. */
+  content: Uint8Array<T>;
+  /** Tag, length and content. */
+  encoded: Uint8Array<T>;
+}
+
 /**
- * The elements inside the constructed DER element `element` (e.g. a
- * SEQUENCE), each as the slice of its whole encoding (tag, length, content).
- * For input already checked by {@linkcode parseDer}; throws
- * {@linkcode DerError} naming `what` on a malformed header.
+ * `bytes` as exactly one DER element, of tag `tag` when given. Throws
+ * {@linkcode DerError} naming `what` otherwise.
  */
-export function derChildren<T extends ArrayBufferLike>(
-  element: Uint8Array<T>,
+export function readDer<T extends ArrayBufferLike>(
+  bytes: Uint8Array<T>,
   what: string,
-): Uint8Array<T>[] {
-  const total = derLength(element);
-  if (total === undefined || total > element.length) throw new DerError(what);
-  const children: Uint8Array<T>[] = [];
-  let offset = element[1] < 0x80 ? 2 : 2 + (element[1] & 0x7f);
-  while (offset < total) {
-    const length = derLength(element.subarray(offset, total));
-    if (length === undefined || offset + length > total) throw new DerError(what);
-    children.push(element.subarray(offset, offset + length));
+  tag?: number,
+): DerNode<T> {
+  const [node, ...rest] = derNodes(bytes, what);
+  if (!node || rest.length > 0 || (tag !== undefined && node.tag !== tag)) throw new DerError(what);
+  return node;
+}
+
+/**
+ * The DER elements `bytes` holds one after the other, spanning it exactly
+ * (the content of a SEQUENCE or SET). Throws {@linkcode DerError} naming
+ * `what` on a malformed or truncated element.
+ */
+export function derNodes<T extends ArrayBufferLike>(bytes: Uint8Array<T>, what: string): DerNode<T>[] {
+  const nodes: DerNode<T>[] = [];
+  for (let offset = 0; offset < bytes.length;) {
+    const rest = bytes.subarray(offset);
+    const length = derLength(rest);
+    if (length === undefined || length > rest.length) throw new DerError(what);
+    const headerLength = rest[1] < 0x80 ? 2 : 2 + (rest[1] & 0x7f);
+    nodes.push({
+      tag: rest[0],
+      content: rest.subarray(headerLength, length),
+      encoded: rest.subarray(0, length),
+    });
     offset += length;
   }
-  return children;
+  return nodes;
+}
+
+/** The dotted form of an OBJECT IDENTIFIER's content, e.g. "2.5.4.3". Throws {@linkcode DerError}. */
+export function derOidString(content: Uint8Array, what: string): string {
+  const arcs: number[] = [];
+  let value = 0;
+  for (const [i, byte] of content.entries()) {
+    if (value === 0 && byte === 0x80) throw new DerError(what); // not minimal
+    value = value * 128 + (byte & 0x7f);
+    if (value > Number.MAX_SAFE_INTEGER / 128) throw new DerError(what);
+    if (byte & 0x80) {
+      if (i === content.length - 1) throw new DerError(what); // truncated arc
+      continue;
+    }
+    if (arcs.length === 0) {
+      arcs.push(value < 80 ? Math.floor(value / 40) : 2, value < 80 ? value % 40 : value - 80);
+    } else arcs.push(value);
+    value = 0;
+  }
+  if (arcs.length === 0) throw new DerError(what);
+  return arcs.join(".");
 }
 
 // --- encoding ---
 
-/** DER tags used by the encoders below. */
+/** Universal DER tags (with the constructed bit for SEQUENCE and SET). */
 export const DerTag = {
   boolean: 0x01,
   integer: 0x02,
@@ -82,6 +129,7 @@ export const DerTag = {
   utcTime: 0x17,
   generalizedTime: 0x18,
   sequence: 0x30,
+  set: 0x31,
 } as const;
 
 /** One DER element: `tag`, the definite length, and `parts` concatenated as its content. */
