@@ -118,7 +118,14 @@ interface LevelResult {
   ticketsPerSecond: number;
   /** The crypto floor measured right before, as tickets per second on one core. */
   floorPerSecond: number;
+  /** Tickets per second ÷ floor per second. */
   floorRatio: number;
+  /**
+   * The floor's CPU time ÷ the join service's CPU time per ticket: the share of
+   * the service's work that is the crypto it cannot do without, whatever else
+   * the machine runs.
+   */
+  floorShareOfJoinCpu: number;
   p50Ms: number;
   p99Ms: number;
   /** CPU ms per ticket in the timed window, by process; "others" is the rest of the machine. */
@@ -151,17 +158,19 @@ for (let round = 1; round <= rounds; round++) {
 const summary = LEVELS.map((level) => summarize(results.filter((r) => r.joiners === level.joiners)));
 console.log(`\nsummary: median (min–max) over ${rounds} round(s)`);
 console.log(
-  "joiners  tickets/s            ratio to floor       p50 ms            p99 ms               join CPU ms/ticket  peak RSS MiB",
+  "joiners  tickets/s            ratio to floor    p50 ms                 p99 ms                 " +
+    "join CPU ms/ticket   floor/join CPU    peak RSS MiB",
 );
 for (const s of summary) {
   console.log(
     [
       String(s.joiners).padStart(7),
       spread(s.ticketsPerSecond, 1).padEnd(20),
-      spread(s.floorRatio, 2).padEnd(20),
-      spread(s.p50Ms, 1).padEnd(17),
-      spread(s.p99Ms, 1).padEnd(20),
-      spread(s.joinCpuMsPerTicket, 2).padEnd(19),
+      spread(s.floorRatio, 2).padEnd(17),
+      spread(s.p50Ms, 1).padEnd(22),
+      spread(s.p99Ms, 1).padEnd(22),
+      spread(s.joinCpuMsPerTicket, 2).padEnd(20),
+      spread(s.floorShareOfJoinCpu, 2).padEnd(17),
       s.joinServicePeakRssMiB.toFixed(0),
     ].join(" "),
   );
@@ -286,6 +295,7 @@ async function runLevel(level: { joiners: number; tickets: number }, round: numb
     ticketsPerSecond,
     floorPerSecond,
     floorRatio: ticketsPerSecond / floorPerSecond,
+    floorShareOfJoinCpu: 1000 / floorPerSecond / cpu.join,
     p50Ms: percentile(latencies, 0.5),
     p99Ms: percentile(latencies, 0.99),
     cpuMsPerTicket: { ...cpu, others: Math.max(0, perTicket(after.machine - before.machine - ours)) },
@@ -346,6 +356,7 @@ function summarize(levelResults: LevelResult[]) {
     ticketsPerSecond: spreadOf(levelResults.map((r) => r.ticketsPerSecond)),
     floorPerSecond: spreadOf(levelResults.map((r) => r.floorPerSecond)),
     floorRatio: spreadOf(levelResults.map((r) => r.floorRatio)),
+    floorShareOfJoinCpu: spreadOf(levelResults.map((r) => r.floorShareOfJoinCpu)),
     p50Ms: spreadOf(levelResults.map((r) => r.p50Ms)),
     p99Ms: spreadOf(levelResults.map((r) => r.p99Ms)),
     joinCpuMsPerTicket: spreadOf(levelResults.map((r) => r.cpuMsPerTicket.join)),
