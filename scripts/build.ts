@@ -4,7 +4,9 @@
  *
  * A component's permissions are its deno.json permission set, expanded into
  * explicit `--allow-*` flags, so one definition serves `deno run -P`, the
- * tests and the artifacts.
+ * tests and the artifacts; its other runtime flags (the join service's heap
+ * settings) come from its module, as they do for every other way it is
+ * started.
  *
  * Every component is first bundled into `dist/<name>.js` by esbuild, installed
  * from package.json like every other dependency (see {@linkcode ESBUILD_FLAGS}).
@@ -28,6 +30,7 @@
  *
  * @module
  */
+import { JOIN_SERVICE_DENO_FLAGS } from "../src/joinservice/runtime.ts";
 
 /** A component to build. */
 export interface Component {
@@ -37,12 +40,19 @@ export interface Component {
   entry: string;
   /** Name of its permission set in deno.json. */
   permissionSet: string;
+  /** Runtime flags besides its permissions (e.g. `--v8-flags=…`). */
+  runtimeFlags?: readonly string[];
 }
 
 /** Every component, built in this order. */
 export const COMPONENTS: readonly Component[] = [
   { name: "key-service", entry: "src/keyservice/main.ts", permissionSet: "key-service" },
-  { name: "join-service", entry: "src/joinservice/main.ts", permissionSet: "join-service" },
+  {
+    name: "join-service",
+    entry: "src/joinservice/main.ts",
+    permissionSet: "join-service",
+    runtimeFlags: JOIN_SERVICE_DENO_FLAGS,
+  },
   { name: "bootstrapper", entry: "src/bootstrapper/main.ts", permissionSet: "bootstrapper" },
   { name: "local-api", entry: "src/localapi/main.ts", permissionSet: "local-api" },
   { name: "cli", entry: "src/cli/main.ts", permissionSet: "cli" },
@@ -222,7 +232,10 @@ export async function buildComponent(
   project: Project,
   component: Component,
 ): Promise<string[]> {
-  const flags = permissionFlags(project.config, component.permissionSet);
+  const flags = [
+    ...permissionFlags(project.config, component.permissionSet),
+    ...component.runtimeFlags ?? [],
+  ];
   const out = `dist/${component.name}`;
   /** A name of this build's own, for a file until it is complete. */
   const temporary = (path: string) =>

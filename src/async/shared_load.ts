@@ -1,10 +1,11 @@
 /**
- * One load shared by every caller, kept once it succeeds and forgotten when
- * it fails, so the next caller tries again.
+ * One load shared by every caller, kept once it succeeds (for `maxAgeMs`,
+ * when given) and forgotten when it fails, so the next caller tries again.
  *
  * Services load a few values once and use them for every request (a key
  * from the key service, a CA from its files, an endpoint from the metadata
- * API). Concurrent requests must share the one load in flight, and the load
+ * API), or read a value at most so often (the NodeVersion, a file's change
+ * stamp). Concurrent requests must share the one load in flight, and the load
  * must not run under any one request's signal: a caller that gives up must
  * not fail the others. A caller's signal therefore only stops that caller
  * waiting; the load itself is bounded by the loader (its client's own
@@ -27,7 +28,12 @@ export interface SharedLoadOptions {
    * load; default 0 (the next caller loads again at once). Needs `clock`.
    */
   failureHoldMs?: number;
-  /** Time source for `failureHoldMs`. */
+  /**
+   * How long a loaded value is kept, from the moment it loaded; default
+   * forever (until a caller asks for another version). Needs `clock`.
+   */
+  maxAgeMs?: number;
+  /** Time source for `failureHoldMs` and `maxAgeMs`. */
   clock?: Clock;
 }
 
@@ -47,12 +53,15 @@ interface Loaded<T> {
   version: string | undefined;
   /** When the load failed (clock time), or undefined while it has not. */
   failedAt?: number;
+  /** When the load succeeded (clock time; only tracked with `maxAgeMs`), or undefined while it has not. */
+  loadedAt?: number;
 }
 
 /** A value loaded once for all callers, and again after a failure. */
 export class SharedLoad<T> {
   readonly #load: () => Promise<T>;
   readonly #failureHoldMs: number;
+  readonly #maxAgeMs: number;
   readonly #clock: Clock | undefined;
   #current: Loaded<T> | undefined;
 
@@ -60,8 +69,10 @@ export class SharedLoad<T> {
   constructor(load: () => Promise<T>, options: SharedLoadOptions = {}) {
     this.#load = load;
     this.#failureHoldMs = options.failureHoldMs ?? 0;
+    this.#maxAgeMs = options.maxAgeMs ?? Infinity;
     this.#clock = options.clock;
     if (this.#failureHoldMs > 0 && !this.#clock) throw new RangeError("failureHoldMs needs a clock");
+    if (this.#maxAgeMs !== Infinity && !this.#clock) throw new RangeError("maxAgeMs needs a clock");
   }
 
   /** The loaded value: the shared load in flight, the kept value, or a new load. */
@@ -75,13 +86,17 @@ export class SharedLoad<T> {
   #usable(version: string | undefined): boolean {
     const current = this.#current;
     if (!current || current.version !== version) return false;
-    if (current.failedAt === undefined) return true;
+    if (current.loadedAt !== undefined) return this.#clock!.now() - current.loadedAt < this.#maxAgeMs;
+    if (current.failedAt === undefined) return true; // in flight, or kept forever
     return this.#clock!.now() - current.failedAt < this.#failureHoldMs;
   }
 
   #start(version: string | undefined): Loaded<T> {
     const loaded: Loaded<T> = { version, promise: Promise.resolve() as Promise<T> };
-    loaded.promise = this.#load().catch((error) => {
+    loaded.promise = this.#load().then((value) => {
+      if (this.#maxAgeMs !== Infinity) loaded.loadedAt = this.#clock!.now();
+      return value;
+    }, (error) => {
       if (this.#failureHoldMs > 0) loaded.failedAt = this.#clock!.now();
       else if (this.#current === loaded) this.#current = undefined;
       throw error;

@@ -6,6 +6,13 @@
  */
 
 /**
+ * How often a service that serves many requests from files looks at them
+ * again, at most: a change takes effect within this long, and the files are
+ * not stat'ed on every request.
+ */
+export const FILE_CHECK_INTERVAL_MS = 1000;
+
+/**
  * The modification time and size of each of `paths`, joined ("missing" for
  * a file that cannot be stat'ed): equal stamps mean unchanged files, as far
  * as the file system tells.

@@ -5,7 +5,8 @@
  * @module
  */
 import { SharedLoad } from "../async/shared_load.ts";
-import { fileStamp } from "../fs/file_stamp.ts";
+import type { Clock } from "../clock.ts";
+import { FILE_CHECK_INTERVAL_MS, fileStamp } from "../fs/file_stamp.ts";
 import { parseKubeconfig, selectDiscoveryCluster } from "../kubernetes/kubeconfig.ts";
 import type { DiscoveryHashSource } from "./dependencies.ts";
 import { parseCaCertificate } from "./kubeletca.ts";
@@ -26,10 +27,14 @@ export async function discoveryTokenCaCertHash(caPem: string, source = "ca.crt")
 /**
  * The join service's discovery pin: the hash of the first CA of the cluster
  * kubeadm picks from `adminConf` (`admin.conf`), computed again when the
- * file changes. Rejects with "misconfigured" naming the file.
+ * file changes (looked at once a second at most). Rejects with "misconfigured" naming the file.
  */
-export function discoveryHashSource(options: { adminConf: string }): DiscoveryHashSource {
+export function discoveryHashSource(options: { adminConf: string; clock: Clock }): DiscoveryHashSource {
   const { adminConf } = options;
+  const stamp = new SharedLoad(() => fileStamp([adminConf]), {
+    maxAgeMs: FILE_CHECK_INTERVAL_MS,
+    clock: options.clock,
+  });
   const hash = new SharedLoad(async () => {
     try {
       const [first] = selectDiscoveryCluster(parseKubeconfig(await Deno.readTextFile(adminConf)));
@@ -40,7 +45,7 @@ export function discoveryHashSource(options: { adminConf: string }): DiscoveryHa
   });
   return {
     async current({ signal }) {
-      return await hash.get({ version: await fileStamp([adminConf]), signal });
+      return await hash.get({ version: await stamp.get({ signal }), signal });
     },
   };
 }

@@ -11,6 +11,8 @@
  *
  * @module
  */
+import { SharedLoad } from "../async/shared_load.ts";
+import type { Clock } from "../clock.ts";
 import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
 import type { ComponentsSource } from "./dependencies.ts";
@@ -153,29 +155,40 @@ export const NODE_VERSIONS = {
 /** Name of the cluster's NodeVersion object. */
 export const NODE_VERSION_NAME = "constellation-version";
 
+/** How long a NodeVersion read serves the tickets that follow it. */
+export const NODE_VERSION_MAX_AGE_MS = 1000;
+
 /**
  * The components the cluster's NodeVersion names
  * (`spec.kubernetesComponentsReference`), read from that ConfigMap in
- * kube-system. The ConfigMap is immutable and named by its content's hash,
- * so each is read once.
+ * kube-system. The NodeVersion is read once for all tickets of a second
+ * ({@linkcode NODE_VERSION_MAX_AGE_MS}; a node joining during an upgrade
+ * gets either components, as it would a moment earlier or later); the
+ * ConfigMap is immutable and named by its content's hash, so each is read
+ * once.
  */
-export function componentsSource(options: { client: KubernetesClient }): ComponentsSource {
+export function componentsSource(options: { client: KubernetesClient; clock: Clock }): ComponentsSource {
+  const { client } = options;
+  // Shared by every ticket of its second, so it runs under no ticket's signal; the client's timeout bounds it.
+  const nodeVersion = new SharedLoad(
+    () =>
+      client.getCustomResource<CustomResource<{ kubernetesComponentsReference?: string }>>(
+        NODE_VERSIONS,
+        NODE_VERSION_NAME,
+      ),
+    { maxAgeMs: NODE_VERSION_MAX_AGE_MS, clock: options.clock },
+  );
   const componentsByName = new Map<string, KubernetesComponent[]>();
   return {
     current({ signal }) {
       return apiServerCall(async () => {
-        const nodeVersion = await options.client.getCustomResource<
-          CustomResource<{ kubernetesComponentsReference?: string }>
-        >(NODE_VERSIONS, NODE_VERSION_NAME, { signal });
-        const configMapName = nodeVersion.spec?.kubernetesComponentsReference;
+        const configMapName = (await nodeVersion.get({ signal })).spec?.kubernetesComponentsReference;
         if (!configMapName) {
           throw reject("misconfigured", "kubernetesComponentsReference not found in node version");
         }
         let components = componentsByName.get(configMapName);
         if (!components) {
-          const configMap = await options.client.getConfigMap(KUBE_SYSTEM_NAMESPACE, configMapName, {
-            signal,
-          });
+          const configMap = await client.getConfigMap(KUBE_SYSTEM_NAMESPACE, configMapName, { signal });
           try {
             components = parseComponents(configMap.data?.[COMPONENTS_LIST_KEY] ?? "");
           } catch (error) {

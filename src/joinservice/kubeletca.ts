@@ -15,12 +15,25 @@
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
-import { AsnConvert } from "@peculiar/asn1-schema";
-import { Extensions, id_ce_subjectAltName, type Name } from "@peculiar/asn1-x509";
-import { CertificationRequest } from "@peculiar/asn1-csr";
-import * as asn1js from "asn1js";
 import * as x509 from "../x509/x509.ts";
-import { DerError, parseDer } from "../x509/der.ts";
+import {
+  DER_NULL,
+  DER_TRUE,
+  derBitString,
+  derContextTag,
+  derElement,
+  DerError,
+  type DerNode,
+  derNodes,
+  derOctetString,
+  derOid,
+  derOidString,
+  derSequence,
+  DerTag,
+  derTime,
+  derUnsignedInteger,
+  readDer,
+} from "../x509/der.ts";
 import { decodePem, encodePem, PemError } from "../x509/pem.ts";
 import { checkKeyMatchesCertificate, importSigningKey, PrivateKeyError } from "../x509/private_key.ts";
 import { type Clock, systemClock } from "../clock.ts";
@@ -33,7 +46,7 @@ import {
   parseIp,
 } from "../net/ip.ts";
 import { SharedLoad } from "../async/shared_load.ts";
-import { fileStamp } from "../fs/file_stamp.ts";
+import { FILE_CHECK_INTERVAL_MS, fileStamp } from "../fs/file_stamp.ts";
 import type { ApiServerEndpointSource, KubeletSigner } from "./dependencies.ts";
 import { k8sCompliantHostname, NodeNameError, nodeNameFromCommonName } from "../kubernetes/nodename.ts";
 import { reject } from "./rejections.ts";
@@ -73,6 +86,18 @@ export interface KubeletCa {
   readonly privateKey: CryptoKey;
   /** The signature algorithm for certificates this CA issues (SHA-256 for P-256 and RSA). */
   readonly signingAlgorithm: EcdsaParams | Algorithm;
+  /** What every certificate this CA issues carries of it, DER-encoded once at load. */
+  readonly issued: IssuerFields;
+}
+
+/** The parts of an issued certificate that come from its CA, DER-encoded. */
+export interface IssuerFields {
+  /** The CA's subject, the certificate's issuer. */
+  name: Uint8Array;
+  /** The certificate's signature AlgorithmIdentifier. */
+  signatureAlgorithm: Uint8Array;
+  /** The authorityKeyIdentifier extension (the CA's subject key identifier), or undefined when it has none. */
+  authorityKeyIdentifier: Uint8Array | undefined;
 }
 
 /** Options for {@linkcode readKubeletCa}. */
@@ -127,7 +152,12 @@ export async function parseKubeletCa(
   try {
     const key = await importSigningKey(keyPem, sources.key);
     await checkKeyMatchesCertificate(key, certificate, sources);
-    return { certificate, privateKey: key.privateKey, signingAlgorithm: key.signingAlgorithm };
+    return {
+      certificate,
+      privateKey: key.privateKey,
+      signingAlgorithm: key.signingAlgorithm,
+      issued: issuerFields(certificate, key.signingAlgorithm),
+    };
   } catch (error) {
     if (error instanceof PrivateKeyError) {
       throw new KubeletCaError(caKeyFailures[error.reason], error.message);
@@ -220,33 +250,70 @@ export async function signKubeletCertificate(
   ca: KubeletCa,
   options: SignKubeletCertificateOptions = {},
 ): Promise<string> {
+  const request = await checkedCertificateRequest(csrDer, options.reservedAddresses ?? []);
+  return await issueKubeletCertificate(request, ca, (options.clock ?? systemClock).now());
+}
+
+/** A CSR that verified and keeps every kubelet rule: what its certificate gets. */
+interface KubeletRequest {
+  /** The node name of its common name (after `system:node:`, not normalized). */
+  nodeName: string;
+  /** Its subject, DER as the CSR has it. */
+  subject: Uint8Array;
+  /** Its SubjectPublicKeyInfo, DER as the CSR has it. */
+  publicKey: Uint8Array<ArrayBuffer>;
+  /** Its subject alternative names, all IP addresses (4 or 16 bytes). */
+  ipAddresses: Uint8Array[];
+}
+
+/** Parses, verifies and checks a CSR (see {@linkcode signKubeletCertificate}). Throws {@linkcode KubeletCaError}. */
+async function checkedCertificateRequest(
+  csrDer: Uint8Array,
+  reservedAddresses: readonly ReservedAddress[],
+): Promise<KubeletRequest> {
   const csr = parseCertificateRequest(csrDer);
-  await verifyCertificateRequestSignature(csrDer);
-  const request = checkCertificateRequest(csr);
-  checkAddresses(request.ipAddresses, options.reservedAddresses ?? []);
+  await verifyCertificateRequestSignature(csr);
+  const { nodeName, ipAddresses } = checkCertificateRequest(csr);
+  checkAddresses(ipAddresses, reservedAddresses);
+  return { nodeName, subject: csr.subject, publicKey: csr.publicKey, ipAddresses };
+}
 
-  const now = (options.clock ?? systemClock).now();
-  const extensions: x509.Extension[] = [
-    new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
-    new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
-    new x509.BasicConstraintsExtension(false, undefined, true),
+/**
+ * The kubelet client certificate of a checked request, issued `now` (see
+ * {@linkcode signKubeletCertificate}), as PEM. Built as DER directly: one
+ * signature, no certificate library (which costs the join service several
+ * times the signature per ticket).
+ */
+async function issueKubeletCertificate(request: KubeletRequest, ca: KubeletCa, now: number): Promise<string> {
+  const { issued } = ca;
+  const extensions = [
+    ...KUBELET_EXTENSIONS,
+    ...(issued.authorityKeyIdentifier ? [issued.authorityKeyIdentifier] : []),
+    ...(request.ipAddresses.length > 0
+      ? [extension(OID_SUBJECT_ALT_NAME, false, ipAddressNames(request.ipAddresses))]
+      : []),
   ];
-  const caKeyId = ca.certificate.getExtension(x509.SubjectKeyIdentifierExtension)?.keyId;
-  if (caKeyId) extensions.push(new x509.AuthorityKeyIdentifierExtension(caKeyId));
-  if (request.ipAddresses.length > 0) extensions.push(ipAddressesExtension(request.ipAddresses));
-
-  const certificate = await x509.X509CertificateGenerator.create({
-    serialNumber: randomSerialNumber(),
-    subject: new x509.Name(AsnConvert.serialize(csr.certificationRequestInfo.subject)),
-    issuer: new x509.Name(ca.certificate.subjectName.toArrayBuffer()),
-    notBefore: new Date(now - KUBELET_CERT_BACKDATE_MS),
-    notAfter: new Date(now + KUBELET_CERT_VALIDITY_MS),
-    publicKey: AsnConvert.serialize(csr.certificationRequestInfo.subjectPKInfo),
-    signingKey: ca.privateKey,
-    signingAlgorithm: ca.signingAlgorithm,
-    extensions,
-  });
-  return encodePem(certificate.rawData, "CERTIFICATE");
+  const tbsCertificate = derSequence(
+    derElement(derContextTag(0, true), derUnsignedInteger(Uint8Array.of(2))), // version v3
+    derUnsignedInteger(crypto.getRandomValues(new Uint8Array(SERIAL_NUMBER_BYTES))),
+    issued.signatureAlgorithm,
+    issued.name,
+    derSequence(
+      derTime(new Date(now - KUBELET_CERT_BACKDATE_MS)),
+      derTime(new Date(now + KUBELET_CERT_VALIDITY_MS)),
+    ),
+    request.subject,
+    request.publicKey,
+    derElement(derContextTag(3, true), derSequence(...extensions)),
+  );
+  const signature = new Uint8Array(
+    await crypto.subtle.sign(ca.signingAlgorithm, ca.privateKey, tbsCertificate),
+  );
+  const signatureValue = ca.signingAlgorithm.name === "ECDSA" ? ecdsaSignatureDer(signature) : signature;
+  return encodePem(
+    derSequence(tbsCertificate, issued.signatureAlgorithm, derBitString(signatureValue)),
+    "CERTIFICATE",
+  );
 }
 
 /**
@@ -257,8 +324,7 @@ export async function signKubeletCertificate(
  * Throws {@linkcode KubeletCaError}.
  */
 export function nodeNameFromCsr(csrDer: Uint8Array): string {
-  const csr = parseCertificateRequest(csrDer);
-  const commonNames = subjectAttributes(csr.certificationRequestInfo.subject)
+  const commonNames = parseCertificateRequest(csrDer).subjectAttributes
     .filter((a) => a.type === OID_COMMON_NAME)
     .map((a) => a.value);
   if (commonNames.length !== 1) {
@@ -272,6 +338,7 @@ export function nodeNameFromCsr(csrDer: Uint8Array): string {
 const OID_COMMON_NAME = "2.5.4.3";
 const OID_ORGANIZATION = "2.5.4.10";
 const OID_EXTENSION_REQUEST = "1.2.840.113549.1.9.14";
+const OID_SUBJECT_ALT_NAME = "2.5.29.17";
 
 /** Readable names of OIDs that appear in CSRs, for error messages. */
 const oidNames: Record<string, string> = {
@@ -319,32 +386,28 @@ function describe(values: string[]): string {
     : `${values.length} (${values.map((v) => JSON.stringify(v)).join(", ")})`;
 }
 
-function parseCertificateRequest(der: Uint8Array): CertificationRequest {
-  if (der.length === 0) throw new KubeletCaError("csr-malformed", "certificate request is empty");
-  return parseCsrDer(der, CertificationRequest, "certificate request is not a DER-encoded PKCS#10 request");
-}
-
-/** DER of a CSR part; a parse failure is "csr-malformed" with `message`. */
-function parseCsrDer<T>(data: ArrayBuffer | Uint8Array, schema: new () => T, message: string): T {
-  try {
-    return parseDer(data, schema, "certificate request");
-  } catch (error) {
-    if (error instanceof DerError) throw new KubeletCaError("csr-malformed", message);
-    throw error;
-  }
-}
-
-async function verifyCertificateRequestSignature(der: Uint8Array): Promise<void> {
-  let valid: boolean;
-  try {
-    valid = await new x509.Pkcs10CertificateRequest(der.slice()).verify();
-  } catch {
-    throw new KubeletCaError(
-      "csr-signature-invalid",
-      "certificate request signature cannot be verified (unsupported key or signature algorithm)",
-    );
-  }
-  if (!valid) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
+/**
+ * A PKCS#10 request (RFC 2986) as the signer reads it: the parts it checks,
+ * and the DER of the parts it verifies and copies, exactly as the node
+ * encoded them.
+ */
+interface CertificateRequest {
+  /** certificationRequestInfo: the signed bytes. */
+  info: Uint8Array<ArrayBuffer>;
+  /** The subject (a Name). */
+  subject: Uint8Array;
+  /** The subject's attributes, in order. */
+  subjectAttributes: SubjectAttribute[];
+  /** The SubjectPublicKeyInfo. */
+  publicKey: Uint8Array<ArrayBuffer>;
+  /** The key's algorithm OID, and its named curve's OID for an EC key. */
+  keyAlgorithm: { oid: string; namedCurve?: string };
+  /** The request's attributes: type OID and the DER of each value. */
+  attributes: { type: string; values: Uint8Array[] }[];
+  /** The signature algorithm's OID. */
+  signatureAlgorithm: string;
+  /** The signature (the BIT STRING's bytes). */
+  signature: Uint8Array<ArrayBuffer>;
 }
 
 interface SubjectAttribute {
@@ -352,13 +415,222 @@ interface SubjectAttribute {
   value: string;
 }
 
-function subjectAttributes(name: Name): SubjectAttribute[] {
-  return name.flatMap((rdn) =>
-    rdn.map((atv) => ({
-      type: atv.type,
-      value: atv.value.anyValue === undefined ? atv.value.toString() : "<not a string>",
-    }))
-  );
+/**
+ * Reads a DER PKCS#10 request, refusing anything else (trailing bytes
+ * included) as "csr-malformed". A small reader rather than the schema
+ * library: this runs for every join ticket.
+ */
+function parseCertificateRequest(der: Uint8Array): CertificateRequest {
+  if (der.length === 0) throw new KubeletCaError("csr-malformed", "certificate request is empty");
+  try {
+    const bytes = new Uint8Array(der);
+    const [info, signatureAlgorithm, signature] = sequence(readDer(bytes, READ_ERROR), 3);
+    // attributes [0] may be left out: none.
+    const [version, subject, publicKey, attributes, ...rest] = derNodes(
+      expect(info, DerTag.sequence).content,
+      READ_ERROR,
+    );
+    if (rest.length > 0) throw new DerError(READ_ERROR);
+    if (expect(version, DerTag.integer).content.length !== 1 || version.content[0] !== 0) {
+      throw new DerError(READ_ERROR);
+    }
+    const [keyAlgorithm] = sequence(expect(publicKey, DerTag.sequence), 2);
+    return {
+      info: info.encoded,
+      subject: expect(subject, DerTag.sequence).encoded,
+      subjectAttributes: derNodes(subject.content, READ_ERROR).flatMap((rdn) =>
+        derNodes(expect(rdn, DerTag.set).content, READ_ERROR).map((pair) => {
+          const [type, value] = sequence(expect(pair, DerTag.sequence), 2);
+          return { type: oidOf(type), value: directoryString(value) };
+        })
+      ),
+      publicKey: publicKey.encoded,
+      keyAlgorithm: algorithmOf(keyAlgorithm),
+      attributes: attributes === undefined ? [] : attributesOf(attributes),
+      signatureAlgorithm: algorithmOf(signatureAlgorithm).oid,
+      signature: bitStringBytes(signature),
+    };
+  } catch (error) {
+    if (!(error instanceof DerError)) throw error;
+    throw new KubeletCaError("csr-malformed", "certificate request is not a DER-encoded PKCS#10 request");
+  }
+}
+
+/** What a DER error names while a request is read (the caller turns it into its own message). */
+const READ_ERROR = "certificate request";
+
+/** `node`, when it has tag `tag`; throws {@linkcode DerError} otherwise. */
+function expect<T extends ArrayBufferLike>(node: DerNode<T> | undefined, tag: number): DerNode<T> {
+  if (node?.tag !== tag) throw new DerError(READ_ERROR);
+  return node;
+}
+
+/** The elements of SEQUENCE `node`, which must be exactly `count`. */
+function sequence<T extends ArrayBufferLike>(node: DerNode<T>, count: number): DerNode<T>[] {
+  const nodes = derNodes(expect(node, DerTag.sequence).content, READ_ERROR);
+  if (nodes.length !== count) throw new DerError(READ_ERROR);
+  return nodes;
+}
+
+function oidOf(node: DerNode): string {
+  return derOidString(expect(node, DerTag.oid).content, READ_ERROR);
+}
+
+/** AlgorithmIdentifier: its OID, and the OID of its parameters when they are one (an EC key's named curve). */
+function algorithmOf(node: DerNode): { oid: string; namedCurve?: string } {
+  const [algorithm, parameters, ...rest] = derNodes(expect(node, DerTag.sequence).content, READ_ERROR);
+  if (rest.length > 0) throw new DerError(READ_ERROR);
+  const oid = oidOf(algorithm);
+  return parameters?.tag === DerTag.oid ? { oid, namedCurve: oidOf(parameters) } : { oid };
+}
+
+/** `attributes [0] IMPLICIT SET OF Attribute`, Attribute ::= SEQUENCE { type OID, values SET OF ANY }. */
+function attributesOf(node: DerNode): { type: string; values: Uint8Array[] }[] {
+  return derNodes(expect(node, derContextTag(0, true)).content, READ_ERROR).map((attribute) => {
+    const [type, values] = sequence(attribute, 2);
+    return {
+      type: oidOf(type),
+      values: derNodes(expect(values, DerTag.set).content, READ_ERROR).map((v) => v.encoded),
+    };
+  });
+}
+
+/** A BIT STRING of whole bytes. */
+function bitStringBytes(node: DerNode): Uint8Array<ArrayBuffer> {
+  const { content } = expect(node, DerTag.bitString);
+  if (content[0] !== 0) throw new DerError(READ_ERROR);
+  return new Uint8Array(content.subarray(1));
+}
+
+/** Decoders of the string types a Name's attribute value may have (X.520 DirectoryString, and IA5String). */
+const stringDecoders: Record<number, (bytes: Uint8Array) => string> = {
+  0x0c: (bytes) => new TextDecoder().decode(bytes), // UTF8String
+  0x13: (bytes) => new TextDecoder("latin1").decode(bytes), // PrintableString
+  0x14: (bytes) => new TextDecoder("latin1").decode(bytes), // TeletexString
+  0x16: (bytes) => new TextDecoder("latin1").decode(bytes), // IA5String
+  0x1e: (bytes) => new TextDecoder("utf-16be").decode(bytes), // BMPString
+  0x1c: utf32be, // UniversalString
+};
+
+/** UTF-32BE text; a value that is no Unicode scalar value becomes U+FFFD. */
+function utf32be(bytes: Uint8Array): string {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let text = "";
+  for (let offset = 0; offset + 4 <= bytes.length; offset += 4) {
+    const point = view.getUint32(offset);
+    text += point <= 0x10ffff && (point < 0xd800 || point > 0xdfff) ? String.fromCodePoint(point) : "\ufffd";
+  }
+  return text;
+}
+
+/** An attribute value as text, or "<not a string>". */
+function directoryString(node: DerNode): string {
+  return stringDecoders[node.tag]?.(node.content) ?? "<not a string>";
+}
+
+/**
+ * Checks the CSR's self-signature over `info` (its certificationRequestInfo
+ * DER) with its own key `publicKey` (SubjectPublicKeyInfo DER): ECDSA on
+ * P-256, P-384 or P-521 or RSASSA-PKCS1-v1_5, with SHA-256, -384 or -512,
+ * or Ed25519.
+ */
+async function verifyCertificateRequestSignature(csr: CertificateRequest): Promise<void> {
+  const unsupported = () =>
+    new KubeletCaError(
+      "csr-signature-invalid",
+      "certificate request signature cannot be verified (unsupported key or signature algorithm)",
+    );
+  const signatureAlgorithm = csrSignatureAlgorithms[csr.signatureAlgorithm];
+  const keyParameters = csrKeyAlgorithm(csr.keyAlgorithm);
+  if (!signatureAlgorithm || !keyParameters || signatureAlgorithm.key !== keyParameters.name) {
+    throw unsupported();
+  }
+  let signature = csr.signature;
+  if (keyParameters.name === "ECDSA") {
+    const p1363 = ecdsaSignatureP1363(signature, ecScalarLengths[keyParameters.namedCurve]);
+    if (!p1363) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
+    signature = p1363;
+  }
+  let valid: boolean;
+  try {
+    const key = await crypto.subtle.importKey(
+      "spki",
+      csr.publicKey,
+      { ...keyParameters, hash: signatureAlgorithm.hash },
+      false,
+      ["verify"],
+    );
+    valid = await crypto.subtle.verify(
+      { name: keyParameters.name, hash: signatureAlgorithm.hash },
+      key,
+      signature,
+      csr.info,
+    );
+  } catch {
+    throw unsupported();
+  }
+  if (!valid) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
+}
+
+/** CSR signature algorithms by OID: the key algorithm they need and their hash. */
+const csrSignatureAlgorithms: Record<
+  string,
+  { key: "ECDSA" | "RSASSA-PKCS1-v1_5" | "Ed25519"; hash?: string }
+> = {
+  "1.2.840.10045.4.3.2": { key: "ECDSA", hash: "SHA-256" },
+  "1.2.840.10045.4.3.3": { key: "ECDSA", hash: "SHA-384" },
+  "1.2.840.10045.4.3.4": { key: "ECDSA", hash: "SHA-512" },
+  "1.2.840.113549.1.1.11": { key: "RSASSA-PKCS1-v1_5", hash: "SHA-256" },
+  "1.2.840.113549.1.1.12": { key: "RSASSA-PKCS1-v1_5", hash: "SHA-384" },
+  "1.2.840.113549.1.1.13": { key: "RSASSA-PKCS1-v1_5", hash: "SHA-512" },
+  "1.3.101.112": { key: "Ed25519" },
+};
+
+/** ECDSA curves a CSR key may be on, by OID. */
+const csrCurves: Record<string, string> = {
+  "1.2.840.10045.3.1.7": "P-256",
+  "1.3.132.0.34": "P-384",
+  "1.3.132.0.35": "P-521",
+};
+const ecScalarLengths: Record<string, number> = { "P-256": 32, "P-384": 48, "P-521": 66 };
+
+/** WebCrypto import parameters of a CSR's key algorithm, or undefined when unsupported. */
+function csrKeyAlgorithm(
+  algorithm: CertificateRequest["keyAlgorithm"],
+): { name: "ECDSA"; namedCurve: string } | { name: "RSASSA-PKCS1-v1_5" | "Ed25519" } | undefined {
+  if (algorithm.oid === "1.2.840.113549.1.1.1") return { name: "RSASSA-PKCS1-v1_5" };
+  if (algorithm.oid === "1.3.101.112") return { name: "Ed25519" };
+  const namedCurve = algorithm.namedCurve === undefined ? undefined : csrCurves[algorithm.namedCurve];
+  return algorithm.oid === "1.2.840.10045.2.1" && namedCurve ? { name: "ECDSA", namedCurve } : undefined;
+}
+
+/**
+ * An ECDSA signature as X.509 carries it (DER `SEQUENCE { r INTEGER, s
+ * INTEGER }`) in the IEEE P1363 form WebCrypto verifies (r ‖ s, each
+ * `scalarLength` bytes); undefined when it is not one.
+ */
+function ecdsaSignatureP1363(der: Uint8Array, scalarLength: number): Uint8Array<ArrayBuffer> | undefined {
+  let integers: DerNode[];
+  try {
+    integers = sequence(readDer(der, "ECDSA signature"), 2);
+  } catch {
+    return undefined;
+  }
+  const out = new Uint8Array(2 * scalarLength);
+  for (const [i, integer] of integers.entries()) {
+    if (integer.tag !== DerTag.integer) return undefined;
+    let value = integer.content;
+    while (value.length > 1 && value[0] === 0) value = value.subarray(1);
+    if (value.length > scalarLength) return undefined;
+    out.set(value, (i + 1) * scalarLength - value.length);
+  }
+  return out;
+}
+
+/** A WebCrypto ECDSA signature (P1363: r ‖ s) as X.509 carries it: DER `SEQUENCE { r, s }`. */
+function ecdsaSignatureDer(p1363: Uint8Array): Uint8Array<ArrayBuffer> {
+  const half = p1363.length / 2;
+  return derSequence(derUnsignedInteger(p1363.subarray(0, half)), derUnsignedInteger(p1363.subarray(half)));
 }
 
 function nodeNameOf(commonName: string): string {
@@ -370,10 +642,9 @@ function nodeNameOf(commonName: string): string {
   }
 }
 
-/** Applies the kubelet certificate rules to a (signature-checked) CSR; returns what it may have. */
-function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint8Array[] } {
-  const info = csr.certificationRequestInfo;
-  const attributes = subjectAttributes(info.subject);
+/** Applies the kubelet certificate rules to a (signature-checked) CSR; returns its node name and what it may have. */
+function checkCertificateRequest(csr: CertificateRequest): { nodeName: string; ipAddresses: Uint8Array[] } {
+  const attributes = csr.subjectAttributes;
   const valuesOf = (type: string) => attributes.filter((a) => a.type === type).map((a) => a.value);
 
   const organizations = valuesOf(OID_ORGANIZATION);
@@ -393,7 +664,7 @@ function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint
   if (commonNames.length !== 1) {
     throw rejected(`certificate request must have exactly one common name but has ${describe(commonNames)}`);
   }
-  nodeNameOf(commonNames[0]);
+  const nodeName = nodeNameOf(commonNames[0]);
   const other = attributes.find((a) => a.type !== OID_ORGANIZATION && a.type !== OID_COMMON_NAME);
   if (other) {
     throw rejected(
@@ -406,7 +677,7 @@ function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint
   const ipAddresses: Uint8Array[] = [];
   let sawExtensionRequest = false;
   let sawAltNames = false;
-  for (const attribute of info.attributes) {
+  for (const attribute of csr.attributes) {
     if (attribute.type !== OID_EXTENSION_REQUEST) {
       throw rejected(`certificate request may not contain attribute ${oidName(attribute.type)}`);
     }
@@ -414,21 +685,34 @@ function checkCertificateRequest(csr: CertificationRequest): { ipAddresses: Uint
       throw rejected("certificate request must have at most one extension request with one value");
     }
     sawExtensionRequest = true;
-    const extensions = parseCsrDer(
-      attribute.values[0],
-      Extensions,
-      "certificate request has a malformed extension request",
-    );
-    for (const extension of extensions) {
-      if (extension.extnID !== id_ce_subjectAltName) {
-        throw rejected(`certificate request may not contain extension ${oidName(extension.extnID)}`);
+    for (const extension of requestedExtensions(attribute.values[0])) {
+      if (extension.id !== OID_SUBJECT_ALT_NAME) {
+        throw rejected(`certificate request may not contain extension ${oidName(extension.id)}`);
       }
       if (sawAltNames) throw rejected("certificate request has more than one subjectAltName extension");
       sawAltNames = true;
-      ipAddresses.push(...ipAddressesOf(new Uint8Array(extension.extnValue.buffer)));
+      ipAddresses.push(...ipAddressesOf(extension.value));
     }
   }
-  return { ipAddresses };
+  return { nodeName, ipAddresses };
+}
+
+/**
+ * The extensions of an extension request's value (`Extensions ::= SEQUENCE
+ * OF Extension`): each one's OID and its value's DER.
+ */
+function requestedExtensions(der: Uint8Array): { id: string; value: Uint8Array }[] {
+  try {
+    return derNodes(readDer(der, READ_ERROR, DerTag.sequence).content, READ_ERROR).map((extension) => {
+      const [id, ...rest] = derNodes(expect(extension, DerTag.sequence).content, READ_ERROR);
+      const critical = rest.length === 2 ? expect(rest.shift(), DerTag.boolean) : undefined;
+      if (rest.length !== 1 || (critical && critical.content.length !== 1)) throw new DerError(READ_ERROR);
+      return { id: oidOf(id), value: expect(rest[0], DerTag.octetString).content };
+    });
+  } catch (error) {
+    if (!(error instanceof DerError)) throw error;
+    throw new KubeletCaError("csr-malformed", "certificate request has a malformed extension request");
+  }
 }
 
 /** GeneralName tags (RFC 5280 §4.2.1.6) other than iPAddress, by what a CSR may not contain. */
@@ -443,7 +727,6 @@ const forbiddenNameKinds: Record<number, string> = {
   8: "registered IDs",
 };
 const TAG_IP_ADDRESS = 7;
-const TAG_CLASS_CONTEXT = 3;
 /** GeneralName kinds whose value is an IA5String, shown in errors. */
 const textNameTags = new Set([1, 2, 6]);
 
@@ -451,31 +734,33 @@ const textNameTags = new Set([1, 2, 6]);
 function ipAddressesOf(der: Uint8Array): Uint8Array[] {
   const malformed = () =>
     new KubeletCaError("csr-malformed", "certificate request has a malformed subjectAltName extension");
-  const parsed = asn1js.fromBER(der);
-  if (parsed.offset !== der.length || !(parsed.result instanceof asn1js.Sequence)) throw malformed();
+  let names: DerNode[];
+  try {
+    names = derNodes(readDer(der, READ_ERROR, DerTag.sequence).content, READ_ERROR);
+  } catch (error) {
+    if (error instanceof DerError) throw malformed();
+    throw error;
+  }
   const ipAddresses: Uint8Array[] = [];
   const forbidden = new Map<number, string[]>();
-  for (const name of parsed.result.valueBlock.value) {
-    const { tagClass, tagNumber } = name.idBlock;
-    if (
-      tagClass !== TAG_CLASS_CONTEXT || !(tagNumber in forbiddenNameKinds || tagNumber === TAG_IP_ADDRESS)
-    ) {
+  for (const name of names) {
+    // GeneralName: a context-specific tag [n]; constructed for the structured kinds.
+    const number = name.tag & 0x1f;
+    const constructed = (name.tag & 0x20) !== 0;
+    if ((name.tag & 0xc0) !== 0x80 || !(number in forbiddenNameKinds || number === TAG_IP_ADDRESS)) {
       throw malformed();
     }
-    const value = name.valueBlock instanceof asn1js.ValueBlock && "valueHexView" in name.valueBlock
-      ? new Uint8Array(name.valueBlock.valueHexView as Uint8Array)
-      : undefined;
-    if (tagNumber === TAG_IP_ADDRESS) {
-      if (!value || name.idBlock.isConstructed) throw malformed();
-      if (value.length !== 4 && value.length !== 16) {
-        throw rejected(`certificate request has an IP address of invalid length ${value.length}`);
+    if (number === TAG_IP_ADDRESS) {
+      if (constructed) throw malformed();
+      if (name.content.length !== 4 && name.content.length !== 16) {
+        throw rejected(`certificate request has an IP address of invalid length ${name.content.length}`);
       }
-      ipAddresses.push(value);
+      ipAddresses.push(name.content);
       continue;
     }
-    const shown = forbidden.get(tagNumber) ?? [];
-    if (value && textNameTags.has(tagNumber)) shown.push(new TextDecoder("latin1").decode(value));
-    forbidden.set(tagNumber, shown);
+    const shown = forbidden.get(number) ?? [];
+    if (!constructed && textNameTags.has(number)) shown.push(new TextDecoder("latin1").decode(name.content));
+    forbidden.set(number, shown);
   }
   for (const [tag, values] of [...forbidden].sort(([a], [b]) => a - b)) {
     const got = values.length > 0 ? ` (got ${values.map((v) => JSON.stringify(v)).join(", ")})` : "";
@@ -497,20 +782,65 @@ function checkAddresses(ipAddresses: readonly Uint8Array[], reserved: readonly R
   }
 }
 
-function ipAddressesExtension(ipAddresses: Uint8Array[]): x509.Extension {
-  const names = new asn1js.Sequence({
-    value: ipAddresses.map((ip) =>
-      new asn1js.Primitive({
-        idBlock: { tagClass: TAG_CLASS_CONTEXT, tagNumber: TAG_IP_ADDRESS },
-        valueHex: ip,
-      })
-    ),
-  });
-  return new x509.Extension(id_ce_subjectAltName, false, names.toBER());
+/** The GeneralNames of a subjectAltName extension holding `ipAddresses`. */
+function ipAddressNames(ipAddresses: Uint8Array[]): Uint8Array {
+  return derSequence(...ipAddresses.map((ip) => derElement(derContextTag(TAG_IP_ADDRESS, false), ip)));
 }
 
-function randomSerialNumber(): string {
-  return crypto.getRandomValues(new Uint8Array(16)).toHex();
+// --- issuing certificates ---
+
+const OID_KEY_USAGE = "2.5.29.15";
+const OID_EXTENDED_KEY_USAGE = "2.5.29.37";
+const OID_BASIC_CONSTRAINTS = "2.5.29.19";
+const OID_AUTHORITY_KEY_IDENTIFIER = "2.5.29.35";
+const OID_CLIENT_AUTH = "1.3.6.1.5.5.7.3.2";
+/** KeyUsage with only digitalSignature (bit 0): a BIT STRING of one byte, 7 unused bits. */
+const DIGITAL_SIGNATURE_ONLY = derElement(0x03, Uint8Array.of(7, 0x80));
+/** Random bytes of a serial number: 128 bits, encoded as a positive INTEGER. */
+const SERIAL_NUMBER_BYTES = 16;
+
+/** An Extension: its OID, `critical` when it is (FALSE, the default, is left out), its DER value. */
+function extension(oid: string, critical: boolean, value: Uint8Array): Uint8Array {
+  return derSequence(derOid(oid), ...(critical ? [DER_TRUE] : []), derOctetString(value));
+}
+
+/** The extensions every kubelet certificate starts with: a client certificate, and not a CA. */
+const KUBELET_EXTENSIONS: readonly Uint8Array[] = [
+  extension(OID_KEY_USAGE, true, DIGITAL_SIGNATURE_ONLY),
+  extension(OID_EXTENDED_KEY_USAGE, false, derSequence(derOid(OID_CLIENT_AUTH))),
+  extension(OID_BASIC_CONSTRAINTS, true, derSequence()), // cA FALSE, the default, is left out
+];
+
+/** Signature AlgorithmIdentifiers by the CA key's WebCrypto algorithm (RFC 5758 for ECDSA, RFC 4055 for RSA). */
+const signatureAlgorithmIdentifiers: Record<string, Uint8Array> = {
+  "ECDSA SHA-256": derSequence(derOid("1.2.840.10045.4.3.2")),
+  "ECDSA SHA-384": derSequence(derOid("1.2.840.10045.4.3.3")),
+  "RSASSA-PKCS1-v1_5": derSequence(derOid("1.2.840.113549.1.1.11"), DER_NULL), // the key is imported with SHA-256
+};
+
+/** What certificates issued by the CA `certificate`, signing with `signingAlgorithm`, carry of it. */
+function issuerFields(
+  certificate: x509.X509Certificate,
+  signingAlgorithm: EcdsaParams | Algorithm,
+): IssuerFields {
+  const hash = "hash" in signingAlgorithm ? ` ${signingAlgorithm.hash}` : "";
+  const signatureAlgorithm = signatureAlgorithmIdentifiers[`${signingAlgorithm.name}${hash}`];
+  if (!signatureAlgorithm) {
+    throw new Error(`no signature algorithm identifier for ${signingAlgorithm.name}${hash}`);
+  }
+  const keyId = certificate.getExtension(x509.SubjectKeyIdentifierExtension)?.keyId;
+  return {
+    name: new Uint8Array(certificate.subjectName.toArrayBuffer()),
+    signatureAlgorithm,
+    // AuthorityKeyIdentifier ::= SEQUENCE { keyIdentifier [0] IMPLICIT OCTET STRING }
+    authorityKeyIdentifier: keyId
+      ? extension(
+        OID_AUTHORITY_KEY_IDENTIFIER,
+        false,
+        derSequence(derElement(derContextTag(0, false), Uint8Array.fromHex(keyId))),
+      )
+      : undefined,
+  };
 }
 
 // --- the join service's signer ---
@@ -530,17 +860,21 @@ export interface KubeletSignerOptions {
 /**
  * The join service's {@linkcode KubeletSigner}: the CA in
  * `<pki>/ca.{crt,key}`, loaded once for all requests and again when the
- * files change, refusing the API server's endpoint address and the service
- * network's first address besides loopback. `checkCa` loads the CA once,
- * for a clear error at start.
+ * files change (they are looked at once a second at most), refusing the API
+ * server's endpoint address and the service network's first address besides
+ * loopback. `checkCa` loads the CA once, for a clear error at start.
  */
 export function kubeletSigner(options: KubeletSignerOptions): KubeletSigner & { checkCa(): Promise<void> } {
   const certFile = `${options.pkiDir}/ca.crt`;
   const keyFile = `${options.pkiDir}/ca.key`;
   const ca = new SharedLoad(() => readKubeletCa({ certFile, keyFile }));
+  const stamp = new SharedLoad(() => fileStamp([certFile, keyFile]), {
+    maxAgeMs: FILE_CHECK_INTERVAL_MS,
+    clock: options.clock,
+  });
   const loadCa = async (signal?: AbortSignal) => {
     try {
-      return await ca.get({ version: await fileStamp([certFile, keyFile]), signal });
+      return await ca.get({ version: await stamp.get({ signal }), signal });
     } catch (error) {
       if (!(error instanceof KubeletCaError)) throw error;
       throw reject("misconfigured", `cluster CA unusable: ${error.message}`);
@@ -564,11 +898,9 @@ export function kubeletSigner(options: KubeletSignerOptions): KubeletSigner & { 
         ? [serviceAddress, { address: endpointAddress, what: "the API server endpoint's address" }]
         : [serviceAddress];
       try {
-        const certificatePem = await signKubeletCertificate(csrDer, loaded, {
-          clock: options.clock,
-          reservedAddresses,
-        });
-        return { certificatePem, nodeName: k8sCompliantHostname(nodeNameFromCsr(csrDer)) };
+        const request = await checkedCertificateRequest(csrDer, reservedAddresses);
+        const certificatePem = await issueKubeletCertificate(request, loaded, options.clock.now());
+        return { certificatePem, nodeName: k8sCompliantHostname(request.nodeName) };
       } catch (error) {
         const refused = (error instanceof KubeletCaError && error.reason.startsWith("csr-")) ||
           error instanceof NodeNameError;

@@ -150,7 +150,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     flags.apiServerEndpoint ? { fixed: flags.apiServerEndpoint } : { metadataUrl: flags.metadataUrl! },
   );
   const kubeletCa = kubeletSigner({ pkiDir, clock, serviceNetwork: flags.serviceNetwork, apiServerEndpoint });
-  const discoveryHash = discoveryHashSource({ adminConf: `${flags.kubernetesDir}/admin.conf` });
+  const discoveryHash = discoveryHashSource({ adminConf: `${flags.kubernetesDir}/admin.conf`, clock });
   // Fail at start, not on the first node, when the control plane's files are unusable.
   await discoveryHash.current({});
   await kubeletCa.checkCa();
@@ -185,7 +185,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     attestation: watcher,
     keys,
     kubeletSigner: kubeletCa,
-    components: componentsSource({ client }),
+    components: componentsSource({ client, clock }),
     discoveryHash,
     apiServerEndpoint,
     controlPlaneFiles: controlPlaneFilesSource({ pkiDir }),

@@ -1,7 +1,9 @@
 /**
  * A typed client of the key service (`kms.API/GetDataKey`) for the other
- * components, over gRPC on plaintext HTTP/2 (h2c; the key service is
- * cluster-internal).
+ * components, over the Connect protocol on plaintext HTTP/2 (h2c; the key
+ * service is cluster-internal). The key service also speaks gRPC, for the
+ * original system's clients; Connect costs both sides less per call (no
+ * trailers, no envelope), and the join service makes one call per ticket.
  *
  * A client keeps one HTTP/2 connection to the key service, reused by every
  * call and reopened when it drops (`src/rpc/client.ts`); it is closed after
@@ -54,7 +56,7 @@ export const DEFAULT_KEY_SERVICE_TIMEOUT_MS = 10_000;
 export function createKeyServiceClient(options: KeyServiceClientOptions): KeyServiceClient {
   const baseUrl = endpointUrl(options.endpoint);
   const timeoutMs = options.timeoutMs ?? DEFAULT_KEY_SERVICE_TIMEOUT_MS;
-  const connection = connectRpc({ baseUrl });
+  const connection = connectRpc({ baseUrl, protocol: "connect" });
   const client = createClient(API, connection.transport);
   return {
     async getDataKey(keyId, length, callOptions = {}) {

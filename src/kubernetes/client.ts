@@ -4,16 +4,17 @@
  * make (Secrets, ConfigMaps, custom resources), so a process needs nothing
  * but `--allow-net=<apiserver>` plus read access to its credentials.
  *
- * Every call has a timeout (whole call, retries included) and takes an
- * `AbortSignal`. Failures are {@linkcode KubernetesError}s. Only GETs are
- * retried, with a short bounded backoff; writes never are, so a create is
- * sent exactly once. Request and response bodies (Secrets carry tokens) are
+ * Every call has a timeout (whole call, retries included, and the wait for
+ * one of the client's bounded request slots) and takes an `AbortSignal`.
+ * Failures are {@linkcode KubernetesError}s. Only GETs are retried, with a
+ * short bounded backoff; writes never are, so a create is sent exactly once. Request and response bodies (Secrets carry tokens) are
  * never logged or put into errors.
  *
  * @module
  */
 import type { ConfigMap, Secret } from "kubernetes-types/core/v1.d.ts";
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
+import { WorkPool } from "../limits/pool.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
 import type { ConnectionConfig } from "./connection.ts";
 import { errorFromResponse, KubernetesError, unavailableError } from "./errors.ts";
@@ -83,7 +84,17 @@ export interface KubernetesClientOptions {
   userAgent?: string;
   /** Receives a warning per retried GET (request name and reason only). */
   logger?: Logger;
+  /**
+   * Requests in flight at once; more wait their turn (within their
+   * timeout). Default {@linkcode DEFAULT_MAX_CONCURRENT_REQUESTS}. Over
+   * HTTP/1.1 every concurrent request needs a connection of its own, and
+   * each new one a TLS handshake on both sides.
+   */
+  maxConcurrentRequests?: number;
 }
+
+/** Default bound on a client's requests in flight. */
+export const DEFAULT_MAX_CONCURRENT_REQUESTS = 16;
 
 const maxRetryDelayMs = 1000;
 
@@ -121,6 +132,8 @@ export class KubernetesClient implements Disposable {
   readonly #retryDelayMs: number;
   readonly #userAgent: string;
   readonly #logger: Logger;
+  /** One slot per request in flight. */
+  readonly #slots: WorkPool;
 
   /** Creates a client; throws {@linkcode KubeconfigError} if the CA or client certificate cannot be loaded. */
   constructor(connection: ConnectionConfig, options: KubernetesClientOptions = {}) {
@@ -132,6 +145,10 @@ export class KubernetesClient implements Disposable {
     this.#retryDelayMs = options.retryDelayMs ?? 100;
     this.#userAgent = options.userAgent ?? "constellation-ts";
     this.#logger = options.logger ?? silentLogger;
+    this.#slots = new WorkPool({
+      concurrency: options.maxConcurrentRequests ?? DEFAULT_MAX_CONCURRENT_REQUESTS,
+      maxQueued: Infinity,
+    });
     const tls = connection.clientCertificate
       ? { cert: connection.clientCertificate.certPem, key: connection.clientCertificate.keyPem }
       : {};
@@ -316,7 +333,9 @@ export class KubernetesClient implements Disposable {
       const attempts = request.method === "GET" ? this.#getAttempts : 1;
       for (let attempt = 1;; attempt++) {
         try {
-          return await this.#attempt<T>(request, controller.signal);
+          return await this.#slots.run(() => this.#attempt<T>(request, controller.signal), {
+            signal: controller.signal,
+          });
         } catch (error) {
           if (controller.signal.aborted) throw controller.signal.reason;
           const delayMs = Math.min(this.#retryDelayMs * 2 ** (attempt - 1), maxRetryDelayMs);

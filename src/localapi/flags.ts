@@ -10,8 +10,8 @@ import { parseFlags, parseListenAddress, parseLogLevelFlag, parsePort, UsageErro
 export interface LocalApiFlags {
   /** kubeadm's PKI directory (`ca.{crt,key}`, `apiserver.{crt,key}`). */
   pkiDir: string;
-  /** Directory the objects persist in. */
-  stateDir: string;
+  /** Directory the objects persist in; undefined with `--in-memory`. */
+  stateDir: string | undefined;
   /** Port to listen on; 0 picks a free one. */
   port: number;
   /** Address to bind. */
@@ -21,7 +21,7 @@ export interface LocalApiFlags {
 }
 
 /** Usage text for `--help`. */
-export const LOCAL_API_USAGE = `Usage: local-api --pki-dir <dir> --state-dir <dir> [flags]
+export const LOCAL_API_USAGE = `Usage: local-api --pki-dir <dir> (--state-dir <dir> | --in-memory) [flags]
 
 A local Kubernetes API: serves Secrets, ConfigMaps, NodeVersions, JoiningNodes
 and kubelet CertificateSigningRequests over HTTPS with kubeadm's PKI, and
@@ -31,6 +31,8 @@ Flags:
   --pki-dir <dir>           kubeadm's PKI directory; waited for until it holds
                             ca.crt, ca.key, apiserver.crt and apiserver.key
   --state-dir <dir>         directory the objects persist in (created if missing)
+  --in-memory               keep the objects in memory only, instead of --state-dir
+                            (benchmarks: persisting rewrites every object on each change)
   --port <port>             port to listen on, 0 for any free port (default 6443)
   --listen-address <addr>   IP address to bind (default 127.0.0.1)
   --log-level <level>       debug, info, warn or error (default info)
@@ -40,24 +42,27 @@ Flags:
 /**
  * Parses the command line. Returns "help" when `--help` is given.
  *
- * @throws {UsageError} for an unknown or missing flag, a bad port, listen address or log level
+ * @throws {UsageError} for an unknown or missing flag, both or neither of --state-dir and --in-memory, a
+ *   bad port, listen address or log level
  */
 export function parseLocalApiFlags(args: string[]): LocalApiFlags | "help" {
   const values = parseFlags(args, {
     "pki-dir": { type: "string", default: "" },
     "state-dir": { type: "string", default: "" },
+    "in-memory": { type: "boolean", default: false },
     port: { type: "string", default: "6443" },
     "listen-address": { type: "string", default: "127.0.0.1" },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
   }, "local API");
   if (values.help) return "help";
-  for (const name of ["pki-dir", "state-dir"] as const) {
-    if (values[name] === "") throw new UsageError(`--${name} is required`);
+  if (values["pki-dir"] === "") throw new UsageError("--pki-dir is required");
+  if ((values["state-dir"] === "") === !values["in-memory"]) {
+    throw new UsageError("exactly one of --state-dir and --in-memory is required");
   }
   return {
     pkiDir: values["pki-dir"],
-    stateDir: values["state-dir"],
+    stateDir: values["in-memory"] ? undefined : values["state-dir"],
     port: parsePort(values.port),
     listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
     logLevel: parseLogLevelFlag(values["log-level"]),

@@ -1,7 +1,9 @@
 /**
  * The local Kubernetes API as a process: the API server of a local cluster,
  * serving kubeadm's PKI from `--pki-dir` (waiting for it if kubeadm has not
- * written it yet) and persisting objects under `--state-dir`.
+ * written it yet) and persisting objects under `--state-dir` (or, with
+ * `--in-memory`, keeping them in memory only, as the join service load
+ * benchmark does).
  *
  * It logs JSON lines on stderr (component "local-api"): "listening" with
  * the bound `address` and `port` once the port is bound, "serving" once the

@@ -12,6 +12,7 @@ import { stringify } from "yaml";
 import { KubernetesClient } from "../kubernetes/client.ts";
 import { loadKubeconfig } from "../kubernetes/kubeconfig.ts";
 import { writeFileAtomic } from "../fs/atomic_write.ts";
+import { JOIN_SERVICE_DENO_FLAGS } from "../joinservice/runtime.ts";
 
 /** The namespace of the cluster's own objects. */
 const KUBE_SYSTEM = "kube-system";
@@ -142,6 +143,7 @@ export function joinServiceArgs(options: ServiceArgsOptions): string[] {
     "-P=join-service",
     "--no-prompt",
     `--allow-read=${options.configDir},${options.kubernetesDir}`,
+    ...JOIN_SERVICE_DENO_FLAGS,
     `${options.repoRoot}src/joinservice/main.ts`,
     ...["--attestation-variant", "qemu-vtpm", "--key-service-endpoint", options.keyServiceEndpoint],
     ...[

@@ -96,3 +96,22 @@ Deno.test("an older load failing does not forget a newer version's load", async 
   assert.equal(await shared.get({ version: "2" }), "new");
   assert.equal(loader.calls.length, 2);
 });
+
+Deno.test("with maxAgeMs a value is kept that long after it loaded, then loaded again", async () => {
+  const loader = scriptedLoader();
+  const clock = new ManualClock(1000);
+  const shared = new SharedLoad(loader.load, { maxAgeMs: 500, clock });
+  const first = shared.get();
+  clock.advance(800); // in flight: its age counts from when it loads, not from when it started
+  loader.calls[0].resolve("v1");
+  assert.equal(await first, "v1");
+  clock.advance(499);
+  assert.equal(await shared.get(), "v1");
+  assert.equal(loader.calls.length, 1);
+  clock.advance(1);
+  const second = shared.get();
+  assert.equal(loader.calls.length, 2);
+  loader.calls[1].resolve("v2");
+  assert.equal(await second, "v2");
+  assert.throws(() => new SharedLoad(loader.load, { maxAgeMs: 1 }), RangeError);
+});

@@ -4,6 +4,7 @@ import { parseAttestationConfig } from "../../src/attestation/config.ts";
 import { KubeadmClusterInitializer } from "../../src/bootstrapper/cluster_init.ts";
 import type { KubeadmInitConfig } from "../../src/bootstrapper/kubeadm_config.ts";
 import type { ClusterInitParameters } from "../../src/bootstrapper/initserver.ts";
+import { systemClock } from "../../src/clock.ts";
 import { componentsSource } from "../../src/joinservice/components.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { deriveMeasurementSecret } from "../../src/kms/keys.ts";
@@ -117,7 +118,7 @@ Deno.test("cluster init against the fake API server", async (t) => {
 
     // Join service: components through the NodeVersion, read with its own code.
     using client = new KubernetesClient(await loadKubeconfig(s.adminConf));
-    const components = await componentsSource({ client }).current({});
+    const components = await componentsSource({ client, clock: systemClock }).current({});
     assert.match(components.configMapName, /^k8s-components-sha256-[0-9a-f]{64}$/);
     assert.deepEqual(components.components, parameters().components);
     const nodeVersion = server.getObject(

@@ -262,15 +262,19 @@ Deno.test("permission matrix: each built artifact does only what its permission 
   const config = JSON.parse(await Deno.readTextFile(`${REPO_ROOT}deno.json`));
   const denoVersion = JSON.parse(await Deno.readTextFile(`${REPO_ROOT}package.json`)).devDependencies.deno;
 
-  await t.step("every launcher passes exactly its deno.json permission set's flags", async () => {
-    for (const component of COMPONENTS) {
-      assert.equal(
-        await Deno.readTextFile(`${DIST}${component.name}`),
-        launcherScript(component, permissionFlags(config, component.permissionSet), denoVersion),
-        component.name,
-      );
-    }
-  });
+  await t.step(
+    "every launcher passes exactly its deno.json permission set's flags (and its runtime flags)",
+    async () => {
+      for (const component of COMPONENTS) {
+        const flags = [...permissionFlags(config, component.permissionSet), ...component.runtimeFlags ?? []];
+        assert.equal(
+          await Deno.readTextFile(`${DIST}${component.name}`),
+          launcherScript(component, flags, denoVersion),
+          component.name,
+        );
+      }
+    },
+  );
 
   using loopback = listen("127.0.0.1");
   using otherLoopback = listen(OTHER_LOOPBACK);

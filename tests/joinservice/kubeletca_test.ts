@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
 import { AsnConvert } from "@peculiar/asn1-schema";
 import { Certificate } from "@peculiar/asn1-x509";
+import { derBitString, derElement, derOid, derSequence, derUnsignedInteger } from "../../src/x509/der.ts";
 import { encodePem } from "../../src/x509/pem.ts";
 import * as x509 from "../../src/x509/x509.ts";
+import { FILE_CHECK_INTERVAL_MS } from "../../src/fs/file_stamp.ts";
 import { ManualClock } from "../support/manual_clock.ts";
 import { opensslOk, opensslVerify } from "../support/openssl.ts";
 import {
@@ -284,6 +286,54 @@ Deno.test("subject attributes may come in any order and IPv6-only SANs are copie
   assert.deepEqual(certificate.getExtension(x509.SubjectAlternativeNameExtension)!.names.toJSON(), [
     { type: "ip", value: "2001:db8::5" },
   ]);
+});
+
+Deno.test("CSRs of every key type a node may use verify; other signature algorithms are refused", async () => {
+  /** A node CSR made by openssl with `key` (PEM) and `digest` (none for Ed25519). */
+  const csrWith = (key: string, digest?: string) =>
+    opensslOk(
+      [
+        "req",
+        "-new",
+        "-key",
+        "/dev/stdin",
+        ...(digest ? [digest] : []),
+        "-subj",
+        "/O=system:nodes/CN=system:node:worker-1",
+        "-outform",
+        "DER",
+      ],
+      key,
+    );
+  const keys: [string, string, string?][] = [
+    ["EC P-256, SHA-384", ecSec1, "-sha384"],
+    ["EC P-384", p384Sec1, "-sha384"],
+    ["EC P-521", await openssl(["ecparam", "-name", "secp521r1", "-genkey", "-noout"]), "-sha512"],
+    ["RSA-2048", rsaPkcs1, "-sha256"],
+    ["Ed25519", await openssl(["genpkey", "-algorithm", "ed25519"])],
+  ];
+  for (const [label, key, digest] of keys) {
+    const pem = await signKubeletCertificate(await csrWith(key, digest), ecCa).catch((e) => {
+      throw new Error(`${label}: ${e.message}`);
+    });
+    assert.equal(new x509.X509Certificate(pem).subject, "O=system:nodes, CN=system:node:worker-1", label);
+    const verified = await opensslVerify(ecCert, pem, "sslclient");
+    assert.equal(verified.code, 0, `${label}: ${verified.output}`);
+  }
+  await assertCaError(
+    signKubeletCertificate(await csrWith(ecSec1, "-sha1"), ecCa),
+    "csr-signature-invalid",
+    "certificate request signature cannot be verified (unsupported key or signature algorithm)",
+  );
+});
+
+Deno.test("a certificate valid past 2049 ends in a GeneralizedTime (RFC 5280), which openssl reads", async () => {
+  const clock = new ManualClock(Date.UTC(2049, 5, 1, 12, 0, 0));
+  const certificate = await signOk(await opensslNodeCsr(), ecCa, clock);
+  assert.equal(certificate.notBefore.getTime(), clock.now() - 2 * 3600 * 1000);
+  assert.equal(certificate.notAfter.getTime(), clock.now() + KUBELET_CERT_VALIDITY_MS);
+  const dates = await openssl(["x509", "-noout", "-dates"], certificate.toString("pem"));
+  assert.match(dates, /notBefore=Jun {2}1 10:00:00 2049 GMT\nnotAfter=Jun {2}1 12:00:00 2050 GMT/);
 });
 
 Deno.test("readKubeletCa reads ca.crt and ca.key, and names a missing file", async () => {
@@ -663,6 +713,101 @@ Deno.test("malformed and badly signed CSRs are rejected", async () => {
   await signOk(valid);
 });
 
+/** The parts of a hand-made CSR (DER), each defaulting to a valid node CSR's. */
+interface RawCsrParts {
+  /** The subject's RDNs, each an attribute OID and its encoded value. */
+  subject?: [string, Uint8Array][];
+  /** The attributes element ([0]), or null for none at all. */
+  attributes?: Uint8Array | null;
+}
+
+const utf8String = (text: string) => derElement(0x0c, new TextEncoder().encode(text));
+const bmpString = (text: string) =>
+  derElement(0x1e, Uint8Array.from([...text].flatMap((c) => [0, c.charCodeAt(0)])));
+const rawCsrKeys = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
+  "sign",
+  "verify",
+]) as CryptoKeyPair;
+
+/** A CSR built byte by byte and signed (ECDSA P-256, SHA-256): encodings no CSR library writes. */
+async function rawCsr(parts: RawCsrParts = {}): Promise<Uint8Array<ArrayBuffer>> {
+  const subject = parts.subject ??
+    [["2.5.4.10", utf8String("system:nodes")], ["2.5.4.3", utf8String("system:node:worker-1")]];
+  const name = derSequence(
+    ...subject.map(([oid, value]) => derElement(0x31, derSequence(derOid(oid), value))),
+  );
+  const spki = new Uint8Array(await crypto.subtle.exportKey("spki", rawCsrKeys.publicKey));
+  const info = derSequence(
+    derUnsignedInteger(Uint8Array.of(0)),
+    name,
+    spki,
+    ...(parts.attributes === null ? [] : [parts.attributes ?? derElement(0xa0)]),
+  );
+  const p1363 = new Uint8Array(
+    await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, rawCsrKeys.privateKey, info),
+  );
+  const signature = derSequence(
+    derUnsignedInteger(p1363.subarray(0, 32)),
+    derUnsignedInteger(p1363.subarray(32)),
+  );
+  return derSequence(info, derSequence(derOid("1.2.840.10045.4.3.2")), derBitString(signature));
+}
+
+/** An extension request attribute ([0] holding one Attribute) whose one value is `value`. */
+const extensionRequest = (value: Uint8Array) =>
+  derElement(0xa0, derSequence(derOid("1.2.840.113549.1.9.14"), derElement(0x31, value)));
+
+Deno.test("CSRs are read as DER: any string type in the subject, no attributes at all; malformed parts refused", async () => {
+  const bmp = await rawCsr({
+    subject: [["2.5.4.10", bmpString("system:nodes")], ["2.5.4.3", bmpString("system:node:worker-7")]],
+  });
+  assert.equal((await signOk(bmp)).subject, "O=system:nodes, CN=system:node:worker-7");
+  assert.equal(nodeNameFromCsr(bmp), "worker-7");
+  await signOk(await rawCsr({ attributes: null }));
+
+  const cases: [string, Promise<Uint8Array>, KubeletCaError["reason"], string][] = [
+    [
+      "a subject value that is no string",
+      rawCsr({
+        subject: [
+          ["2.5.4.10", utf8String("system:nodes")],
+          ["2.5.4.3", utf8String("system:node:worker-1")],
+          ["2.5.4.11", derElement(0x04, Uint8Array.of(1, 2))],
+        ],
+      }),
+      "csr-rejected",
+      'certificate request may not contain subject attribute OU (2.5.4.11) (got "<not a string>")',
+    ],
+    [
+      "an extension request that is no list of extensions",
+      rawCsr({ attributes: extensionRequest(utf8String("x")) }),
+      "csr-malformed",
+      "certificate request has a malformed extension request",
+    ],
+    [
+      "a subjectAltName that is no list of names",
+      rawCsr({
+        attributes: extensionRequest(
+          derSequence(derSequence(derOid("2.5.29.17"), derElement(0x04, utf8String("x")))),
+        ),
+      }),
+      "csr-malformed",
+      "certificate request has a malformed subjectAltName extension",
+    ],
+    [
+      "attributes that are no [0]",
+      rawCsr({ attributes: derElement(0x31) }),
+      "csr-malformed",
+      "certificate request is not a DER-encoded PKCS#10 request",
+    ],
+  ];
+  for (const [label, csr, reason, message] of cases) {
+    await assertCaError(signKubeletCertificate(await csr, ecCa), reason, message).catch((e) => {
+      throw new Error(`${label}: ${e.message}`);
+    });
+  }
+});
+
 Deno.test("nodeNameFromCsr returns the name after system:node: without checking the signature", async () => {
   assert.equal(nodeNameFromCsr(await opensslNodeCsr()), "worker-1");
   const tampered = (await makeCsr()).slice();
@@ -720,9 +865,10 @@ Deno.test("the join service's signer refuses the endpoint it hands out and the s
     await Deno.writeTextFile(`${dir}/ca.crt`, ecCert);
     await Deno.writeTextFile(`${dir}/ca.key`, ecSec1);
     let endpoint = "192.168.7.1:6443";
+    const clock = new ManualClock(fixedClock.now());
     const signer = kubeletSigner({
       pkiDir: dir,
-      clock: fixedClock,
+      clock,
       serviceNetwork: parseCidr("172.20.0.0/16")!,
       apiServerEndpoint: { current: () => Promise.resolve(endpoint) },
     });
@@ -749,6 +895,8 @@ Deno.test("the join service's signer refuses the endpoint it hands out and the s
     assert.equal(await ask("192.168.7.1"), "worker-1", "a host name endpoint reserves no address");
 
     await Deno.writeTextFile(`${dir}/ca.key`, "not a key");
+    assert.equal(await ask("10.0.0.7"), "worker-1", "the files are looked at again only after a while");
+    clock.advance(FILE_CHECK_INTERVAL_MS);
     const broken = await ask("10.0.0.7");
     assert.ok(broken instanceof Rejection);
     assert.equal(broken.reason, "misconfigured");

@@ -423,6 +423,31 @@ Deno.test("client: a server that does not answer is Unavailable after the timeou
   }, { client: { timeoutMs: 300 } });
 });
 
+Deno.test("client: at most maxConcurrentRequests are in flight; the others wait their turn within their timeout", async () => {
+  await withClient(async (client, server) => {
+    const names = ["a", "b", "c", "d", "e"];
+    for (const name of names) {
+      await client.createConfigMap("kube-system", { metadata: { name } });
+    }
+    const read = await Promise.all(names.map((name) => client.getConfigMap("kube-system", name)));
+    assert.deepEqual(read.map((configMap) => configMap.metadata?.name), names);
+
+    server.setHang(true);
+    const before = server.requests.length;
+    const hanging = names.slice(0, 3).map((name) => client.getConfigMap("kube-system", name));
+    for (const settled of await Promise.allSettled(hanging)) {
+      assert.equal(settled.status, "rejected");
+      await assertKubernetesError(
+        Promise.reject(settled.status === "rejected" ? settled.reason : undefined),
+        "Unavailable",
+        0,
+        /no response from the API server .* within 300 ms$/,
+      );
+    }
+    assert.equal(server.requests.length - before, 2, "the third never left the client");
+  }, { client: { timeoutMs: 300, maxConcurrentRequests: 2 } });
+});
+
 Deno.test("client: a GET is retried after transient failures and succeeds", async () => {
   for (const mode of ["unavailable", "reset"] as const) {
     await withClient(async (client, server) => {

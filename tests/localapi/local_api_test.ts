@@ -8,10 +8,9 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { stringify as stringifyYaml } from "yaml";
 import { STATE_FILE } from "../../src/localapi/state.ts";
 import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserver.ts";
-import { createTestCa, issueCert, issueLoopbackServerCert, type TestCert } from "../support/pki.ts";
+import { createTestCa, issueCert, issueLoopbackServerCert, kubeconfigFor } from "../support/pki.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";
 import { withTempDir } from "../support/temp_dir.ts";
 import { ManualClock } from "../support/manual_clock.ts";
@@ -137,21 +136,6 @@ Deno.test("local API: kubectl gets, describes and deletes secrets, configmaps, n
     });
   });
 });
-
-/** A kubeconfig for `url` trusting `caPem` with client certificate `cert`. */
-function kubeconfigFor(url: string, caPem: string, cert: TestCert): string {
-  return stringifyYaml({
-    apiVersion: "v1",
-    kind: "Config",
-    clusters: [{ name: "local", cluster: { server: url, "certificate-authority-data": btoa(caPem) } }],
-    contexts: [{ name: "local", context: { cluster: "local", user: "admin" } }],
-    "current-context": "local",
-    users: [{
-      name: "admin",
-      user: { "client-certificate-data": btoa(cert.certPem), "client-key-data": btoa(cert.keyPem) },
-    }],
-  });
-}
 
 Deno.test("local-api process: serves kubeadm's PKI, persists, refuses a foreign client certificate", async () => {
   await withTempDir("local-api-process-", async (dir) => {

@@ -14,7 +14,7 @@ import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { connectRpc } from "../../src/rpc/client.ts";
 import { ErrorCode } from "../support/h2_frames.ts";
 import { floodStreams, fuzz, goawayThenRequest, type H2Target, slowloris } from "../support/hostile_h2.ts";
-import { processMemory } from "../support/process_memory.ts";
+import { processMemory } from "../support/process_stats.ts";
 import { startJoinCluster } from "../support/join_cluster.ts";
 import { type RunningService, runToExit } from "../../src/os/service_process.ts";
 import { REPO_ROOT, startKeyService } from "../keyservice/key_service_process.ts";

@@ -46,6 +46,7 @@ import {
 } from "../../src/joinservice/components.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefiles.ts";
 import { bootstrapTokenSecretName } from "../../src/joinservice/bootstraptoken.ts";
+import { JOIN_SERVICE_DENO_FLAGS } from "../../src/joinservice/runtime.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../../src/kubernetes/names.ts";
 import { deriveKey } from "../../src/kms/hkdf.ts";
 import {
@@ -318,16 +319,7 @@ async function build(
   const issuer = await TpmIssuer.create({ tcti: swtpm.tcti, logger: silentLogger, eventLogPath: null });
   cleanups.push(() => issuer.close());
   const pcrs = await readPcrs({ tcti: swtpm.tcti }, Array.from({ length: 16 }, (_, i) => i));
-  const attestationConfig: AttestationConfigJson = {
-    variant: CLUSTER_VARIANT,
-    measurements: Object.fromEntries(
-      [...pcrs].map(([index, value]) => [String(index), { expected: value.toHex(), warnOnly: false }]),
-    ),
-    akTrust: {
-      allowedKeyDigests: [issuer.keyDigest],
-      controlPlaneKeyDigests: options.controlPlaneKey ? [issuer.keyDigest] : [],
-    },
-  };
+  const attestationConfig = enforcingAttestationConfig(pcrs, issuer.keyDigest, options);
   await Deno.writeTextFile(paths.attestationConfig, JSON.stringify(attestationConfig));
 
   // Secrets.
@@ -362,26 +354,8 @@ async function build(
   const keyService = await startKeyServiceProcess({ masterSecret, salt: masterSalt }, root);
   cleanups.push(() => keyService.stop());
 
-  const joinServiceArgs = (flags: string[] = []) => [
-    "run",
-    "-P=join-service",
-    "--no-prompt",
-    `--allow-read=${root}`,
-    "--allow-net=127.0.0.1",
-    "src/joinservice/main.ts",
-    ...["--attestation-variant", CLUSTER_VARIANT],
-    ...["--key-service-endpoint", keyService.endpoint],
-    // Tests of the metadata API give --metadata-url instead; the two flags exclude each other.
-    ...(flags.includes("--metadata-url") ? [] : ["--api-server-endpoint", API_SERVER_ENDPOINT]),
-    ...["--kubeconfig", paths.kubeconfig],
-    ...["--config-dir", paths.configDir, "--kubernetes-dir", paths.kubernetesDir],
-    ...["--tls-cert", paths.tlsCert, "--tls-key", paths.tlsKey],
-    ...["--port", "0", "--listen-address", "127.0.0.1"],
-    ...["--metrics-port", "0", "--metrics-address", "127.0.0.1"],
-    ...OPEN_RATE_LIMITS,
-    ...["--log-level", options.logLevel ?? "info"],
-    ...flags,
-  ];
+  const joinServiceArgs = (flags: string[] = []) =>
+    joinServiceCommand({ paths, keyServiceEndpoint: keyService.endpoint, logLevel: options.logLevel, flags });
   const startJoinService = async (start: { flags?: string[] } = {}) => {
     const started = await joinServiceProcess(joinServiceArgs(start.flags), joinCa.certPem);
     cleanups.push(() => started.stop());
@@ -481,6 +455,77 @@ async function build(
   return cluster;
 }
 
+/**
+ * The attestation config of a cluster whose nodes report `pcrs`: every PCR
+ * enforced, and only the attestation key `keyDigest` trusted, as a worker's
+ * unless `controlPlaneKey`.
+ */
+export function enforcingAttestationConfig(
+  pcrs: ReadonlyMap<number, Uint8Array>,
+  keyDigest: string,
+  options: { controlPlaneKey?: boolean } = {},
+): AttestationConfigJson {
+  return {
+    variant: CLUSTER_VARIANT,
+    measurements: Object.fromEntries(
+      [...pcrs].map(([index, value]) => [String(index), { expected: value.toHex(), warnOnly: false }]),
+    ),
+    akTrust: {
+      allowedKeyDigests: [keyDigest],
+      controlPlaneKeyDigests: options.controlPlaneKey ? [keyDigest] : [],
+    },
+  };
+}
+
+/** What {@linkcode joinServiceCommand} needs: the cluster's files and its key service. */
+export interface JoinServiceCommandOptions {
+  /** The cluster's files; the service may read everything under `root`. */
+  paths: Pick<
+    JoinCluster["paths"],
+    "root" | "kubeconfig" | "configDir" | "kubernetesDir" | "tlsCert" | "tlsKey"
+  >;
+  /** "127.0.0.1:<port>". */
+  keyServiceEndpoint: string;
+  /** Default "info". */
+  logLevel?: JoinClusterOptions["logLevel"];
+  /** Flags of `deno run` itself, before the script (e.g. `--cpu-prof`). */
+  denoFlags?: string[];
+  /** The service's extra flags; later flags win. */
+  flags?: string[];
+}
+
+/**
+ * The `deno run` arguments of a join service of a cluster: the
+ * `join-service` permission set reading only the cluster's files and
+ * reaching only 127.0.0.1, the service's runtime flags (`runtime.ts`), both
+ * ports free ones on 127.0.0.1, open rate limits, then `options.flags`.
+ */
+export function joinServiceCommand(options: JoinServiceCommandOptions): string[] {
+  const { paths, flags = [] } = options;
+  return [
+    "run",
+    "-P=join-service",
+    "--no-prompt",
+    `--allow-read=${paths.root}`,
+    "--allow-net=127.0.0.1",
+    ...JOIN_SERVICE_DENO_FLAGS,
+    ...(options.denoFlags ?? []),
+    "src/joinservice/main.ts",
+    ...["--attestation-variant", CLUSTER_VARIANT],
+    ...["--key-service-endpoint", options.keyServiceEndpoint],
+    // Tests of the metadata API give --metadata-url instead; the two flags exclude each other.
+    ...(flags.includes("--metadata-url") ? [] : ["--api-server-endpoint", API_SERVER_ENDPOINT]),
+    ...["--kubeconfig", paths.kubeconfig],
+    ...["--config-dir", paths.configDir, "--kubernetes-dir", paths.kubernetesDir],
+    ...["--tls-cert", paths.tlsCert, "--tls-key", paths.tlsKey],
+    ...["--port", "0", "--listen-address", "127.0.0.1"],
+    ...["--metrics-port", "0", "--metrics-address", "127.0.0.1"],
+    ...OPEN_RATE_LIMITS,
+    ...["--log-level", options.logLevel ?? "info"],
+    ...flags,
+  ];
+}
+
 /** Generates a joining node's kubelet key pair (P-256, as the bootstrapper does). */
 export async function generateNodeKeys(): Promise<CryptoKeyPair> {
   return await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, ["sign", "verify"]);
@@ -502,8 +547,11 @@ export async function nodeCsr(options: NodeCsrOptions = {}): Promise<Uint8Array<
   return new Uint8Array(csr.rawData);
 }
 
-/** Writes the cluster PKI: ca.{crt,key} from `clusterCa`, fresh front-proxy and etcd CAs, a service-account key. */
-async function writePki(pkiDir: string, clusterCa: TestCa): Promise<Map<string, Uint8Array>> {
+/**
+ * Writes the cluster PKI: ca.{crt,key} from `clusterCa`, fresh front-proxy and etcd CAs, a service-account
+ * key; returns the eight control-plane files' bytes by name.
+ */
+export async function writePki(pkiDir: string, clusterCa: TestCa): Promise<Map<string, Uint8Array>> {
   const frontProxyCa = await createTestCa("CN=front-proxy-ca");
   const etcdCa = await createTestCa("CN=etcd-ca");
   const serviceAccount = await crypto.subtle.generateKey(
@@ -531,7 +579,7 @@ async function writePki(pkiDir: string, clusterCa: TestCa): Promise<Map<string, 
 }
 
 /** Two components as the bootstrapper lists them (data: URLs with their real hashes). */
-async function testComponents(): Promise<KubernetesComponent[]> {
+export async function testComponents(): Promise<KubernetesComponent[]> {
   const component = async (content: string, installPath: string, extract: boolean) => {
     const bytes = new TextEncoder().encode(content);
     const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)).toHex();
@@ -543,10 +591,14 @@ async function testComponents(): Promise<KubernetesComponent[]> {
   ];
 }
 
-/** Starts the key service process on a free port; it restarts on that same port. */
-async function startKeyServiceProcess(
+/**
+ * Starts the key service process on a free port, its secrets in a new directory under `parent`, with
+ * `flags` added; it restarts on that same port.
+ */
+export async function startKeyServiceProcess(
   secrets: { masterSecret: Uint8Array; salt: Uint8Array },
   parent: string,
+  flags: string[] = [],
 ): Promise<KeyServiceProcess> {
   const { masterSecretPath, saltPath } = await writeSecrets(secrets, parent);
   const spawn = (port: number) =>
@@ -554,7 +606,7 @@ async function startKeyServiceProcess(
       "deno",
       keyServiceArgs(
         [masterSecretPath, saltPath],
-        ["--master-secret", masterSecretPath, "--salt", saltPath, "--port", String(port)],
+        ["--master-secret", masterSecretPath, "--salt", saltPath, "--port", String(port), ...flags],
       ),
       { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT },
     );
@@ -577,8 +629,8 @@ async function startKeyServiceProcess(
   };
 }
 
-/** Starts a join service with `args`; waits for its "listening" line. */
-async function joinServiceProcess(args: string[], caPem: string): Promise<JoinServiceProcess> {
+/** Starts a join service with `args` (`joinServiceCommand`); waits for its "listening" line. */
+export async function joinServiceProcess(args: string[], caPem: string): Promise<JoinServiceProcess> {
   const process = await startService("deno", args, { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT });
   const listening = JSON.parse(process.stderrLines.find((line) => JOIN_SERVICE_LISTENING.test(line))!);
   const url = `https://127.0.0.1:${process.port}`;

@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { stringify as stringifyYaml } from "yaml";
 import { encodePem } from "../../src/x509/pem.ts";
 import * as x509 from "../../src/x509/x509.ts";
 
@@ -128,5 +129,20 @@ export async function issueLoopbackServerCert(ca: TestCa, subject = "CN=localhos
     subject,
     sans: { ips: ["127.0.0.1"], dns: ["localhost"] },
     usages: ["serverAuth"],
+  });
+}
+
+/** A kubeconfig (YAML) for the API server at `url`, trusting `caPem`, authenticating with client certificate `cert`. */
+export function kubeconfigFor(url: string, caPem: string, cert: TestCert): string {
+  return stringifyYaml({
+    apiVersion: "v1",
+    kind: "Config",
+    clusters: [{ name: "local", cluster: { server: url, "certificate-authority-data": btoa(caPem) } }],
+    contexts: [{ name: "local", context: { cluster: "local", user: "admin" } }],
+    "current-context": "local",
+    users: [{
+      name: "admin",
+      user: { "client-certificate-data": btoa(cert.certPem), "client-key-data": btoa(cert.keyPem) },
+    }],
   });
 }

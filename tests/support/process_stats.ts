@@ -1,0 +1,71 @@
+/**
+ * Resident memory and CPU time of another process (and of the whole
+ * machine), for tests and benchmarks. Deno lets only --allow-all read another process's /proc
+ * entries, so `cat` (in the test permission set's run list) reads them.
+ *
+ * @module
+ */
+
+/** A process's resident set size now and at its peak, in bytes. */
+export interface ProcessMemory {
+  /** VmRSS. */
+  rssBytes: number;
+  /** VmHWM: the highest RSS so far. */
+  peakRssBytes: number;
+}
+
+/** Reads `pid`'s memory from /proc/<pid>/status. */
+export async function processMemory(pid: number): Promise<ProcessMemory> {
+  const status = await readProc(pid, "status");
+  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(status)?.[1] ?? NaN);
+  const memory = { rssBytes: kib("VmRSS") * 1024, peakRssBytes: kib("VmHWM") * 1024 };
+  if (!(memory.rssBytes > 0)) throw new Error(`no memory figures for process ${pid}`);
+  return memory;
+}
+
+/**
+ * Linux reports CPU times in /proc in USER_HZ ticks, which the kernel fixes
+ * at 100 per second for user space on every architecture Deno runs on.
+ */
+const USER_HZ = 100;
+
+/**
+ * CPU seconds `pid` has used so far, user and system, all its threads
+ * (`utime + stime` of /proc/<pid>/stat; 10 ms resolution).
+ */
+export async function processCpuSeconds(pid: number): Promise<number> {
+  const stat = await readProc(pid, "stat");
+  // Fields after the command name, which is in parentheses and may contain spaces: state is field 3,
+  // utime field 14 and stime field 15 (proc(5)).
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const ticks = Number(fields[14 - 3]) + Number(fields[15 - 3]);
+  if (!Number.isFinite(ticks)) throw new Error(`no CPU times for process ${pid}`);
+  return ticks / USER_HZ;
+}
+
+/**
+ * CPU seconds the whole machine has been busy so far, over all cores and
+ * processes (/proc/stat: user, nice, system, irq, softirq and steal).
+ */
+export async function machineCpuSeconds(): Promise<number> {
+  const [label, ...ticks] = (await readProcFile("/proc/stat")).split("\n")[0].trim().split(/\s+/);
+  const [user, nice, system, , , irq, softirq, steal] = ticks.map(Number);
+  const busy = user + nice + system + irq + softirq + (steal ?? 0);
+  if (label !== "cpu" || !Number.isFinite(busy)) throw new Error("no CPU times in /proc/stat");
+  return busy / USER_HZ;
+}
+
+function readProc(pid: number, file: "status" | "stat"): Promise<string> {
+  return readProcFile(`/proc/${pid}/${file}`);
+}
+
+async function readProcFile(path: string): Promise<string> {
+  const { stdout, success } = await new Deno.Command("cat", {
+    args: [path],
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "null",
+  }).output();
+  if (!success) throw new Error(`cannot read ${path}`);
+  return new TextDecoder().decode(stdout);
+}
