@@ -310,14 +310,9 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
   };
 
   let server: net.Server;
-  /** With pkiDir: the TLS server, once kubeadm has written the PKI. */
-  let pkiServer: net.Server | undefined;
   if (clusterMode) {
-    // One listener for the server's life: it drops connections until kubeadm has written the PKI, then hands
-    // them to the TLS server (closing it and binding again would let another process take the port between).
-    server = net.createServer((socket) =>
-      pkiServer ? pkiServer.emit("connection", socket) : socket.destroy()
-    );
+    // Holds the port and drops connections until kubeadm has written the PKI.
+    server = net.createServer((socket) => socket.destroy());
   } else {
     const tls = options.tls!;
     server = createTlsServer({ certPem: tls.serverChainPem, keyPem: tls.serverKeyPem, caPem: tls.caPem });
@@ -597,7 +592,7 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
     : hostname;
   const url = `https://${urlHost}:${port}`;
 
-  // With pkiDir: wait for kubeadm's PKI, then hand the listener's connections to the TLS server.
+  // With pkiDir: wait for kubeadm's PKI, then swap the connection dropper for the TLS server.
   let serving: Promise<void> = Promise.resolve();
   let pollTimer: ReturnType<typeof setTimeout> | undefined;
   if (clusterMode) {
@@ -618,11 +613,17 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
           return reject(error);
         }
         clusterPki = loaded;
-        pkiServer = createTlsServer({
+        const wasListening = listening;
+        await stop();
+        server = createTlsServer({
           certPem: loaded.serverChainPem,
           keyPem: loaded.serverKeyPem,
           caPem: loaded.ca.certPem,
         });
+        if (wasListening) {
+          await listen(port);
+          listening = true;
+        }
         resolve();
       };
       poll();
