@@ -256,6 +256,8 @@ class Cluster implements LocalCluster {
   #metadata?: MetadataServer;
   #network?: Awaited<ReturnType<typeof createNetwork>>;
   #nodes = new Map<string, NodeRecord>();
+  /** Nodes being created, by name. */
+  #creating = new Map<string, Role>();
   #others: RunningService[] = [];
   #config?: AttestationConfigFile;
   #apiEndpoint = "";
@@ -378,7 +380,10 @@ class Cluster implements LocalCluster {
   }
 
   nodes(): LocalNode[] {
-    return [...this.#nodes.values()].map((record) => this.#view(record));
+    return this.status.nodes.flatMap((status) => {
+      const record = this.#nodes.get(status.name);
+      return record === undefined ? [] : [this.#view(record)];
+    });
   }
 
   async addNode(options: AddNodeOptions): Promise<LocalNode> {
@@ -499,7 +504,7 @@ class Cluster implements LocalCluster {
       ...this.#others,
     ];
     await Promise.all(processes.map((process) => process?.stop()));
-    await Promise.all([...this.#nodes.values()].map((node) => node.tpm?.stop()));
+    await Promise.all([...this.#nodes.values()].map((node) => node.tpm.stop()));
     await this.#metadata?.[Symbol.asyncDispose]();
     if (this.#network?.kind === "netns") await removeNetwork(this.#network.names);
     for (const file of this.#logFiles.values()) file.close();
@@ -519,42 +524,57 @@ class Cluster implements LocalCluster {
 
   /** Prepares a node (root, disk, TPM, network, metadata entry) without starting it. */
   async #createNode(options: AddNodeOptions): Promise<NodeRecord> {
-    const index = this.#nodes.size;
+    // Nodes are created concurrently: names being created count for the index and the next name.
+    const index = this.#nodes.size + this.#creating.size;
     const prefix = options.role === "ControlPlane" ? "control-plane" : "worker";
-    const name = options.name ??
-      `${prefix}-${[...this.#nodes.values()].filter((n) => n.role === options.role).length}`;
-    if (this.#nodes.has(name)) throw new Error(`a node "${name}" exists already`);
-    const status: NodeStatus = {
-      name,
-      role: options.role,
-      address: "",
-      phase: "starting",
-      log: `${this.paths.logs}/${name}.log`,
-    };
-    this.status.nodes.push(status);
-    const placeholder = { name, role: options.role, status, services: [] } as unknown as NodeRecord;
-    this.#nodes.set(name, placeholder);
-    const network = await this.#network!.addNode(index);
-    status.address = network.address;
-    const files = await prepareNode({ dir: `${this.#options.stateDir}/nodes`, name });
-    const tpm = await bootNodeTpm(files, { tamperPcr4: options.tamperPcr4 });
-    if (this.#closed) {
-      await tpm.stop();
-      throw new Error("the cluster was stopped");
+    const sameRole = [...this.#nodes.values()].filter((n) => n.role === options.role).length +
+      [...this.#creating.values()].filter((role) => role === options.role).length;
+    const name = options.name ?? `${prefix}-${sameRole}`;
+    if (this.#nodes.has(name) || this.#creating.has(name)) throw new Error(`a node "${name}" exists already`);
+    this.#creating.set(name, options.role);
+    try {
+      const status: NodeStatus = {
+        name,
+        role: options.role,
+        address: "",
+        phase: "starting",
+        log: `${this.paths.logs}/${name}.log`,
+      };
+      this.status.nodes.push(status);
+      const network = await this.#network!.addNode(index);
+      status.address = network.address;
+      const files = await prepareNode({ dir: `${this.#options.stateDir}/nodes`, name });
+      const tpm = await bootNodeTpm(files, { tamperPcr4: options.tamperPcr4 });
+      this.#track(`${name}/swtpm`, tpm.pid);
+      const variant = options.variant ?? "qemu-vtpm";
+      let akDigest: string | undefined;
+      try {
+        if (variant !== "dummy") akDigest = await attestationKeyDigest(tpm);
+        if (this.#closed) throw new Error("the cluster was stopped");
+      } catch (error) {
+        await tpm.stop();
+        this.#untrack(tpm.pid);
+        throw error;
+      }
+      const record: NodeRecord = {
+        name,
+        role: options.role,
+        files,
+        network,
+        tpm,
+        akDigest,
+        variant,
+        tamperPcr4: options.tamperPcr4 ?? false,
+        services: [],
+        status,
+      };
+      this.#nodes.set(name, record);
+      this.#metadata!.setInstance({ name, role: options.role, vpcIp: network.address });
+      await this.#changed();
+      return record;
+    } finally {
+      this.#creating.delete(name);
     }
-    this.#track(`${name}/swtpm`, tpm.pid);
-    const variant = options.variant ?? "qemu-vtpm";
-    const record: NodeRecord = Object.assign(placeholder, {
-      files,
-      network,
-      tpm,
-      variant,
-      tamperPcr4: options.tamperPcr4 ?? false,
-      akDigest: variant === "dummy" ? undefined : await attestationKeyDigest(tpm),
-    });
-    this.#metadata!.setInstance({ name, role: options.role, vpcIp: network.address });
-    await this.#changed();
-    return record;
   }
 
   /** The bootstrapper's arguments on `node` in this cluster (`flags` first: "rejoin" is a command). */
