@@ -226,16 +226,18 @@ async function moveIntoPlace(temporary: string, final: string, make: () => Promi
   }
 }
 
+/** The flags `component`'s artifact runs under: its permission set's, then its other runtime flags. */
+export function artifactFlags(config: unknown, component: Component): string[] {
+  return [...permissionFlags(config, component.permissionSet), ...component.runtimeFlags ?? []];
+}
+
 /** Builds `component` into `root`/dist; returns what was built, one line per artifact. */
 export async function buildComponent(
   root: string,
   project: Project,
   component: Component,
 ): Promise<string[]> {
-  const flags = [
-    ...permissionFlags(project.config, component.permissionSet),
-    ...component.runtimeFlags ?? [],
-  ];
+  const flags = artifactFlags(project.config, component);
   const out = `dist/${component.name}`;
   /** A name of this build's own, for a file until it is complete. */
   const temporary = (path: string) =>

@@ -19,7 +19,7 @@
  * /etc/shadow) are in build_test.ts, which sets up /var/config.
  */
 import assert from "node:assert/strict";
-import { COMPONENTS, launcherScript, permissionFlags } from "../../scripts/build.ts";
+import { artifactFlags, COMPONENTS, launcherScript } from "../../scripts/build.ts";
 import { runToExit, startProcess } from "../../src/os/service_process.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { ARTIFACTS, buildArtifacts, DIST, PINNED_DENO } from "./artifacts.ts";
@@ -266,10 +266,9 @@ Deno.test("permission matrix: each built artifact does only what its permission 
     "every launcher passes exactly its deno.json permission set's flags (and its runtime flags)",
     async () => {
       for (const component of COMPONENTS) {
-        const flags = [...permissionFlags(config, component.permissionSet), ...component.runtimeFlags ?? []];
         assert.equal(
           await Deno.readTextFile(`${DIST}${component.name}`),
-          launcherScript(component, flags, denoVersion),
+          launcherScript(component, artifactFlags(config, component), denoVersion),
           component.name,
         );
       }
