@@ -19,8 +19,8 @@
  * `stateDir` they persist there (`state.ts`) and are loaded at start.
  *
  * **As the API server of a kubeadm cluster** (`pkiDir`): started before
- * kubeadm has written the cluster PKI, it listens but drops every
- * connection until `<pkiDir>/ca.{crt,key}` and `apiserver.{crt,key}` exist;
+ * kubeadm has written the cluster PKI, it listens but fails every TLS
+ * handshake until `<pkiDir>/ca.{crt,key}` and `apiserver.{crt,key}` exist;
  * then it serves TLS with `apiserver.crt` (chain with the CA) and
  * authenticates client certificates against `ca.crt` (CN the user, O the
  * groups), as kube-apiserver started by kubeadm does. A client certificate
@@ -39,7 +39,6 @@
  * @module
  */
 import * as https from "node:https";
-import * as net from "node:net";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
@@ -285,12 +284,15 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
   let failures: { remaining: number; mode: FailureMode } = { remaining: 0, mode: "unavailable" };
   let hang = false;
 
-  /** The HTTPS server for a server certificate (chain) and key. */
-  const createTlsServer = (tls: { certPem: string; keyPem: string; caPem: string }): net.Server => {
+  /**
+   * The HTTPS server, with its server certificate (chain) and key; without them (`pkiDir` before kubeadm
+   * wrote the PKI) every handshake fails until {@linkcode https.Server.setSecureContext} gives them.
+   * One server for the whole life: closing a placeholder and binding again would let another process
+   * take the port in between.
+   */
+  const createTlsServer = (tls?: { certPem: string; keyPem: string; caPem: string }): https.Server => {
     const tlsServer = https.createServer({
-      key: tls.keyPem,
-      cert: tls.certPem,
-      ca: [tls.caPem],
+      ...(tls && { key: tls.keyPem, cert: tls.certPem, ca: [tls.caPem] }),
       requestCert: true,
       rejectUnauthorized: clusterMode ? false : options.requireClientCertificate ?? true,
     }, (req, res) => {
@@ -300,7 +302,7 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
       });
     });
     tlsServer.on("secureConnection", track);
-    // Failed handshakes (foreign client certificates) are the clients' problem.
+    // Failed handshakes (foreign client certificates, or no PKI yet) are the clients' problem.
     tlsServer.on("tlsClientError", () => {});
     return tlsServer;
   };
@@ -309,14 +311,13 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
     socket.on("close", () => sockets.delete(socket));
   };
 
-  let server: net.Server;
-  if (clusterMode) {
-    // Holds the port and drops connections until kubeadm has written the PKI.
-    server = net.createServer((socket) => socket.destroy());
-  } else {
-    const tls = options.tls!;
-    server = createTlsServer({ certPem: tls.serverChainPem, keyPem: tls.serverKeyPem, caPem: tls.caPem });
-  }
+  const server = createTlsServer(
+    options.tls && {
+      certPem: options.tls.serverChainPem,
+      keyPem: options.tls.serverKeyPem,
+      caPem: options.tls.caPem,
+    },
+  );
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "https://local");
@@ -592,7 +593,7 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
     : hostname;
   const url = `https://${urlHost}:${port}`;
 
-  // With pkiDir: wait for kubeadm's PKI, then swap the connection dropper for the TLS server.
+  // With pkiDir: wait for kubeadm's PKI, then give it to the TLS server.
   let serving: Promise<void> = Promise.resolve();
   let pollTimer: ReturnType<typeof setTimeout> | undefined;
   if (clusterMode) {
@@ -613,17 +614,11 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
           return reject(error);
         }
         clusterPki = loaded;
-        const wasListening = listening;
-        await stop();
-        server = createTlsServer({
-          certPem: loaded.serverChainPem,
-          keyPem: loaded.serverKeyPem,
-          caPem: loaded.ca.certPem,
+        server.setSecureContext({
+          key: loaded.serverKeyPem,
+          cert: loaded.serverChainPem,
+          ca: [loaded.ca.certPem],
         });
-        if (wasListening) {
-          await listen(port);
-          listening = true;
-        }
         resolve();
       };
       poll();

@@ -78,8 +78,24 @@ Deno.test("fake apiserver (pkiDir): drops connections until kubeadm's PKI exists
       fetch(`${server.url}/healthz`).then((r) => r.body?.cancel()),
       "no TLS before the PKI exists",
     );
+    // The port stays the server's while it takes the PKI: no other listener can take it in between.
+    const port = Number(new URL(server.url).port);
+    let portTaken = false;
+    const serving = server.whenServing({ signal: AbortSignal.timeout(5000) });
+    let served = false;
+    serving.finally(() => served = true).catch(() => {});
     const ca = await writeClusterPki(`${pkiDir}/pki`);
-    await server.whenServing({ signal: AbortSignal.timeout(5000) });
+    while (!served) {
+      try {
+        Deno.listen({ hostname: "127.0.0.1", port }).close();
+        portTaken = true;
+      } catch (error) {
+        if (!(error instanceof Deno.errors.AddrInUse)) throw error;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 0));
+    }
+    await serving;
+    assert.equal(portTaken, false, "another listener could bind the port while the PKI was taken");
     assert.equal(server.caPem, ca.certPem);
 
     const health = await get(server, ca.certPem, "/healthz");
