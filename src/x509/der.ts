@@ -34,16 +34,25 @@ export function parseDer<T>(data: ArrayBuffer | Uint8Array, schema: new () => T,
 
 /**
  * Length of the DER element at the start of `bytes` (single-byte tag, at
- * most 4 length bytes), or undefined when its header is malformed.
+ * most 4 length bytes), or undefined when its header is malformed or not
+ * DER: the indefinite form, and a length in more bytes than it needs
+ * (X.690 §10.1), are refused. The element may run past `bytes`; callers
+ * compare.
  */
 export function derLength(bytes: Uint8Array): number | undefined {
   if (bytes.length < 2 || (bytes[0] & 0x1f) === 0x1f) return undefined;
   const first = bytes[1];
   if (first < 0x80) return 2 + first;
   const count = first & 0x7f;
+  // 0x80 is BER's indefinite form. Four length bytes reach 4 GiB, far beyond any input here.
   if (count === 0 || count > 4 || bytes.length < 2 + count) return undefined;
+  // Only the minimal form is DER: the long form for 128 and more, no leading zero byte. BER's other
+  // spellings of a length would let two readers disagree about bytes we copy into a certificate, and Go
+  // (the API server) refuses them.
+  if (bytes[2] === 0) return undefined;
   let length = 0;
   for (let i = 0; i < count; i++) length = length * 256 + bytes[2 + i];
+  if (length < 0x80) return undefined;
   return 2 + count + length;
 }
 
@@ -93,6 +102,26 @@ export function derNodes<T extends ArrayBufferLike>(bytes: Uint8Array<T>, what: 
     offset += length;
   }
   return nodes;
+}
+
+/**
+ * The magnitude (big-endian, without a sign byte) of a non-negative
+ * INTEGER's content, e.g. an ECDSA signature's r or s. Throws
+ * {@linkcode DerError} on an empty, negative or not minimally encoded one:
+ * each of those would be another encoding of a value, which DER does not
+ * allow (a signature that verifies in two encodings is malleable).
+ */
+export function derNonNegativeInteger<T extends ArrayBufferLike>(
+  content: Uint8Array<T>,
+  what: string,
+): Uint8Array<T> {
+  if (content.length === 0 || content[0] & 0x80) throw new DerError(what);
+  if (content[0] === 0 && content.length > 1) {
+    // A leading zero is only there to keep the next byte's high bit from reading as a sign.
+    if (!(content[1] & 0x80)) throw new DerError(what);
+    return content.subarray(1);
+  }
+  return content;
 }
 
 /** The dotted form of an OBJECT IDENTIFIER's content, e.g. "2.5.4.3". Throws {@linkcode DerError}. */
