@@ -25,6 +25,7 @@ import {
   DerError,
   type DerNode,
   derNodes,
+  derNonNegativeInteger,
   derOctetString,
   derOid,
   derOidString,
@@ -404,8 +405,8 @@ interface CertificateRequest {
   keyAlgorithm: { oid: string; namedCurve?: string };
   /** The request's attributes: type OID and the DER of each value. */
   attributes: { type: string; values: Uint8Array[] }[];
-  /** The signature algorithm's OID. */
-  signatureAlgorithm: string;
+  /** The signature algorithm's OID, and its parameters' DER when it has any. */
+  signatureAlgorithm: { oid: string; parameters?: DerNode };
   /** The signature (the BIT STRING's bytes). */
   signature: Uint8Array<ArrayBuffer>;
 }
@@ -447,7 +448,7 @@ function parseCertificateRequest(der: Uint8Array): CertificateRequest {
       publicKey: publicKey.encoded,
       keyAlgorithm: algorithmOf(keyAlgorithm),
       attributes: attributes === undefined ? [] : attributesOf(attributes),
-      signatureAlgorithm: algorithmOf(signatureAlgorithm).oid,
+      signatureAlgorithm: algorithmOf(signatureAlgorithm),
       signature: bitStringBytes(signature),
     };
   } catch (error) {
@@ -476,12 +477,18 @@ function oidOf(node: DerNode): string {
   return derOidString(expect(node, DerTag.oid).content, READ_ERROR);
 }
 
-/** AlgorithmIdentifier: its OID, and the OID of its parameters when they are one (an EC key's named curve). */
-function algorithmOf(node: DerNode): { oid: string; namedCurve?: string } {
+/**
+ * AlgorithmIdentifier: its OID, its parameters when it has any, and their
+ * OID when they are one (an EC key's named curve).
+ */
+function algorithmOf(node: DerNode): { oid: string; parameters?: DerNode; namedCurve?: string } {
   const [algorithm, parameters, ...rest] = derNodes(expect(node, DerTag.sequence).content, READ_ERROR);
   if (rest.length > 0) throw new DerError(READ_ERROR);
   const oid = oidOf(algorithm);
-  return parameters?.tag === DerTag.oid ? { oid, namedCurve: oidOf(parameters) } : { oid };
+  if (parameters === undefined) return { oid };
+  return parameters.tag === DerTag.oid
+    ? { oid, parameters, namedCurve: oidOf(parameters) }
+    : { oid, parameters };
 }
 
 /** `attributes [0] IMPLICIT SET OF Attribute`, Attribute ::= SEQUENCE { type OID, values SET OF ANY }. */
@@ -502,28 +509,62 @@ function bitStringBytes(node: DerNode): Uint8Array<ArrayBuffer> {
   return new Uint8Array(content.subarray(1));
 }
 
-/** Decoders of the string types a Name's attribute value may have (X.520 DirectoryString, and IA5String). */
+/**
+ * Decoders of the string types a Name's attribute value may have (X.520
+ * DirectoryString, and IA5String), each reading the text Go's crypto/x509
+ * reads, or refusing the value (DerError). The subject is copied into the
+ * certificate byte for byte and the API server takes the kubelet's user and
+ * group from its own reading of it, so a value it would read differently
+ * from the text checked here must not pass: a byte-order mark stays part of
+ * the text (Go keeps it), and a value Go refuses or reads as other
+ * characters is refused. UniversalString, which Go cannot read at all, and
+ * NumericString are not decoded ("<not a string>").
+ */
 const stringDecoders: Record<number, (bytes: Uint8Array) => string> = {
-  0x0c: (bytes) => new TextDecoder().decode(bytes), // UTF8String
-  0x13: (bytes) => new TextDecoder("latin1").decode(bytes), // PrintableString
-  0x14: (bytes) => new TextDecoder("latin1").decode(bytes), // TeletexString
-  0x16: (bytes) => new TextDecoder("latin1").decode(bytes), // IA5String
-  0x1e: (bytes) => new TextDecoder("utf-16be").decode(bytes), // BMPString
-  0x1c: utf32be, // UniversalString
+  0x0c: utf8, // UTF8String
+  0x13: printableString, // PrintableString
+  0x14: utf8, // TeletexString: Go takes the bytes as they are, which is this text when they are UTF-8
+  0x16: ia5String, // IA5String
+  0x1e: bmpString, // BMPString
 };
 
-/** UTF-32BE text; a value that is no Unicode scalar value becomes U+FFFD. */
-function utf32be(bytes: Uint8Array): string {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  let text = "";
-  for (let offset = 0; offset + 4 <= bytes.length; offset += 4) {
-    const point = view.getUint32(offset);
-    text += point <= 0x10ffff && (point < 0xd800 || point > 0xdfff) ? String.fromCodePoint(point) : "\ufffd";
+/** The characters of PrintableString (X.680 §41.4). */
+const PRINTABLE_STRING = /^[A-Za-z0-9 '()+,\-./:=?]*$/;
+
+const utf8Decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const utf16Decoder = new TextDecoder("utf-16be", { fatal: true, ignoreBOM: true });
+
+function utf8(bytes: Uint8Array): string {
+  try {
+    return utf8Decoder.decode(bytes);
+  } catch {
+    throw new DerError(READ_ERROR);
   }
+}
+
+function printableString(bytes: Uint8Array): string {
+  const text = new TextDecoder("latin1").decode(bytes);
+  if (!PRINTABLE_STRING.test(text)) throw new DerError(READ_ERROR);
   return text;
 }
 
-/** An attribute value as text, or "<not a string>". */
+/** IA5String: ASCII. */
+function ia5String(bytes: Uint8Array): string {
+  if (bytes.some((byte) => byte >= 0x80)) throw new DerError(READ_ERROR);
+  return new TextDecoder("latin1").decode(bytes);
+}
+
+/** UTF-16BE of whole code units; an unpaired surrogate is refused (Go would read U+FFFD). */
+function bmpString(bytes: Uint8Array): string {
+  if (bytes.length % 2 !== 0) throw new DerError(READ_ERROR);
+  try {
+    return utf16Decoder.decode(bytes);
+  } catch {
+    throw new DerError(READ_ERROR);
+  }
+}
+
+/** An attribute value as text, or "<not a string>". Throws {@linkcode DerError} for a string Go would not read as this text. */
 function directoryString(node: DerNode): string {
   return stringDecoders[node.tag]?.(node.content) ?? "<not a string>";
 }
@@ -540,26 +581,46 @@ async function verifyCertificateRequestSignature(csr: CertificateRequest): Promi
       "csr-signature-invalid",
       "certificate request signature cannot be verified (unsupported key or signature algorithm)",
     );
-  const signatureAlgorithm = csrSignatureAlgorithms[csr.signatureAlgorithm];
+  const signatureAlgorithm = csrSignatureAlgorithms[csr.signatureAlgorithm.oid];
   const keyParameters = csrKeyAlgorithm(csr.keyAlgorithm);
   if (!signatureAlgorithm || !keyParameters || signatureAlgorithm.key !== keyParameters.name) {
     throw unsupported();
   }
+  // The parameters of these signature algorithms are absent (RFC 5758, RFC 8410) or NULL (RFC 4055; some
+  // encoders write NULL for ECDSA too). Anything else is not one of these algorithms. Ed25519's must be
+  // absent (RFC 8410 §3; Go refuses NULL there as well).
+  const parameters = csr.signatureAlgorithm.parameters;
+  const isNull = parameters?.tag === DerTag.null && parameters.content.length === 0;
+  if (parameters !== undefined && (!isNull || signatureAlgorithm.key === "Ed25519")) throw unsupported();
   let signature = csr.signature;
   if (keyParameters.name === "ECDSA") {
     const p1363 = ecdsaSignatureP1363(signature, ecScalarLengths[keyParameters.namedCurve]);
     if (!p1363) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
     signature = p1363;
   }
-  let valid: boolean;
+  let key: CryptoKey;
   try {
-    const key = await crypto.subtle.importKey(
+    key = await crypto.subtle.importKey(
       "spki",
       csr.publicKey,
       { ...keyParameters, hash: signatureAlgorithm.hash },
       false,
       ["verify"],
     );
+  } catch {
+    throw unsupported();
+  }
+  if (keyParameters.name === "RSASSA-PKCS1-v1_5") {
+    // A weaker key would make a certificate for the node's identity whose key others can factor.
+    const bits = (key.algorithm as RsaHashedKeyAlgorithm).modulusLength;
+    if (bits < MIN_RSA_KEY_BITS) {
+      throw rejected(
+        `certificate request key is RSA with ${bits} bits; a kubelet key needs at least ${MIN_RSA_KEY_BITS}`,
+      );
+    }
+  }
+  let valid: boolean;
+  try {
     valid = await crypto.subtle.verify(
       { name: keyParameters.name, hash: signatureAlgorithm.hash },
       key,
@@ -571,6 +632,9 @@ async function verifyCertificateRequestSignature(csr: CertificateRequest): Promi
   }
   if (!valid) throw new KubeletCaError("csr-signature-invalid", "certificate request signature is invalid");
 }
+
+/** The smallest RSA modulus a kubelet key may have (NIST SP 800-57: 112-bit security). */
+const MIN_RSA_KEY_BITS = 2048;
 
 /** CSR signature algorithms by OID: the key algorithm they need and their hash. */
 const csrSignatureAlgorithms: Record<
@@ -619,8 +683,14 @@ function ecdsaSignatureP1363(der: Uint8Array, scalarLength: number): Uint8Array<
   const out = new Uint8Array(2 * scalarLength);
   for (const [i, integer] of integers.entries()) {
     if (integer.tag !== DerTag.integer) return undefined;
-    let value = integer.content;
-    while (value.length > 1 && value[0] === 0) value = value.subarray(1);
+    // Only the one DER encoding of each of r and s: a negative or padded INTEGER read as its magnitude
+    // would let another byte string pass as the same signature (Go's ecdsa.VerifyASN1 refuses them too).
+    let value: Uint8Array;
+    try {
+      value = derNonNegativeInteger(integer.content, "ECDSA signature");
+    } catch {
+      return undefined;
+    }
     if (value.length > scalarLength) return undefined;
     out.set(value, (i + 1) * scalarLength - value.length);
   }
@@ -706,7 +776,10 @@ function requestedExtensions(der: Uint8Array): { id: string; value: Uint8Array }
     return derNodes(readDer(der, READ_ERROR, DerTag.sequence).content, READ_ERROR).map((extension) => {
       const [id, ...rest] = derNodes(expect(extension, DerTag.sequence).content, READ_ERROR);
       const critical = rest.length === 2 ? expect(rest.shift(), DerTag.boolean) : undefined;
-      if (rest.length !== 1 || (critical && critical.content.length !== 1)) throw new DerError(READ_ERROR);
+      // A DER BOOLEAN is one byte, 00 or ff.
+      const isBoolean = critical === undefined ||
+        (critical.content.length === 1 && (critical.content[0] === 0x00 || critical.content[0] === 0xff));
+      if (rest.length !== 1 || !isBoolean) throw new DerError(READ_ERROR);
       return { id: oidOf(id), value: expect(rest[0], DerTag.octetString).content };
     });
   } catch (error) {
