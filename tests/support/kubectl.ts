@@ -20,10 +20,7 @@ export interface KubeObject {
  * `["secrets", "-n", "kube-system"]`). Throws with kubectl's stderr when it fails.
  */
 export async function kubectlItems(kubeconfig: string, args: readonly string[]): Promise<KubeObject[]> {
-  const all = ["--kubeconfig", kubeconfig, "get", ...args, "-o", "json"];
-  const result = await runToExit("kubectl", [...all], { timeoutMs: 60_000 });
-  if (result.code !== 0) throw new Error(`kubectl ${all.join(" ")}: ${result.stderrLines.join("\n")}`);
-  return JSON.parse(result.stdoutLines.join("\n")).items;
+  return JSON.parse((await kubectlGet(kubeconfig, [...args, "-o", "json"])).join("\n")).items;
 }
 
 /** The kube-system bootstrap-token Secrets: token ID → token secret, decoded. */
@@ -35,4 +32,17 @@ export async function bootstrapTokenSecrets(kubeconfig: string): Promise<Map<str
       .filter((secret) => secret.type === "bootstrap.kubernetes.io/token")
       .map((secret) => [decode(secret.data?.["token-id"]), decode(secret.data?.["token-secret"])]),
   );
+}
+
+/** The names (`kind/name`) `kubectl get <args> -o name` prints with `kubeconfig`. */
+export async function kubectlNames(kubeconfig: string, args: readonly string[]): Promise<string[]> {
+  return (await kubectlGet(kubeconfig, [...args, "-o", "name"])).filter((line) => line !== "");
+}
+
+/** stdout lines of `kubectl get <args>`; throws with kubectl's stderr when it fails. */
+async function kubectlGet(kubeconfig: string, args: readonly string[]): Promise<string[]> {
+  const all = ["--kubeconfig", kubeconfig, "get", ...args];
+  const result = await runToExit("kubectl", all, { timeoutMs: 60_000 });
+  if (result.code !== 0) throw new Error(`kubectl ${all.join(" ")}: ${result.stderrLines.join("\n")}`);
+  return result.stdoutLines;
 }
