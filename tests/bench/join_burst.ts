@@ -32,9 +32,7 @@
  *
  * @module
  */
-import { dirname } from "node:path";
 import { parseCount, parseFlags, parsePositive } from "../../src/flags/flags.ts";
-import { startLocalCluster } from "../../src/localcluster/cluster.ts";
 import { clusterServices, sampleProcesses } from "../support/cluster_processes.ts";
 import {
   type BurstObjects,
@@ -43,7 +41,9 @@ import {
   ONE_ADDRESS_JOIN_SERVICE_FLAGS,
   runJoinBurst,
 } from "../support/join_burst.ts";
+import { withFreshCluster } from "../support/fresh_local_cluster.ts";
 import { machineCpuSeconds, processCpuSeconds } from "../support/process_stats.ts";
+import { writeResults } from "./results.ts";
 
 /** The issue's target for 1,000 nodes. */
 const TARGET_SECONDS = 20;
@@ -101,35 +101,19 @@ for (const r of results.filter((r) => r.failureMessages.length > 0)) {
   for (const message of r.failureMessages) console.log(`  ${message}`);
 }
 
-await Deno.mkdir(dirname(flags.out), { recursive: true });
-await Deno.writeTextFile(
-  flags.out,
-  JSON.stringify(
-    {
-      date: new Date().toISOString(),
-      machine: { os: Deno.build.os, cores: navigator.hardwareConcurrency, deno: Deno.version.deno },
-      nodes,
-      retryIntervalMs,
-      joinServiceFlags: ONE_ADDRESS_JOIN_SERVICE_FLAGS,
-      targetSeconds: TARGET_SECONDS,
-      rounds: results,
-    },
-    null,
-    2,
-  ) + "\n",
-);
-console.log(`figures written to ${flags.out}`);
+await writeResults(flags.out, {
+  date: new Date().toISOString(),
+  machine: { os: Deno.build.os, cores: navigator.hardwareConcurrency, deno: Deno.version.deno },
+  nodes,
+  retryIntervalMs,
+  joinServiceFlags: ONE_ADDRESS_JOIN_SERVICE_FLAGS,
+  targetSeconds: TARGET_SECONDS,
+  rounds: results,
+});
 if (!allComplete) Deno.exit(1);
 
-async function runRound(round: number): Promise<Round> {
-  const stateDir = await Deno.realPath(await Deno.makeTempDir({ prefix: "join-burst-" }));
-  const cluster = await startLocalCluster({
-    stateDir,
-    controlPlanes: 1,
-    workers: 0,
-    joinServiceFlags: ONE_ADDRESS_JOIN_SERVICE_FLAGS,
-  });
-  try {
+function runRound(round: number): Promise<Round> {
+  return withFreshCluster(ONE_ADDRESS_JOIN_SERVICE_FLAGS, async (cluster) => {
     const services = clusterServices(cluster);
     const cpu = async () => ({
       ...Object.fromEntries(
@@ -167,10 +151,7 @@ async function runRound(round: number): Promise<Round> {
       loadAverage: { before: loadBefore, after: loadAfter },
       failureMessages: [...new Set(joiners.flatMap((j) => j.lastError ?? []))].slice(0, 5),
     };
-  } finally {
-    await cluster.close();
-    await Deno.remove(stateDir, { recursive: true });
-  }
+  });
 }
 
 function row(r: Round): string {

@@ -24,11 +24,11 @@
  *
  * @module
  */
-import { dirname } from "node:path";
 import { parseCount, parseFlags, parsePositive } from "../../src/flags/flags.ts";
-import { startLocalCluster } from "../../src/localcluster/cluster.ts";
 import { ONE_ADDRESS_JOIN_SERVICE_FLAGS } from "../support/join_burst.ts";
+import { withFreshCluster } from "../support/fresh_local_cluster.ts";
 import { boundViolations, runJoinSoak, soakBounds, type SoakSample } from "../support/join_soak.ts";
+import { writeResults } from "./results.ts";
 
 const flags = parseFlags(Deno.args, {
   minutes: { type: "string", default: "10" },
@@ -63,32 +63,23 @@ console.log(
   "     t  joined failed flight | RSS MiB join  key  api | open files join key api | tokens joiningnodes | load",
 );
 
-const stateDir = await Deno.realPath(await Deno.makeTempDir({ prefix: "join-soak-" }));
-const cluster = await startLocalCluster({
-  stateDir,
-  controlPlanes: 1,
-  workers: 0,
-  joinServiceFlags: [...ONE_ADDRESS_JOIN_SERVICE_FLAGS, "--bootstrap-token-ttl", String(tokenTtlSeconds)],
-});
 const loads: number[][] = [];
-let result;
-try {
-  result = await runJoinSoak({
-    cluster,
-    durationMs: minutes * 60_000,
-    ratePerSecond,
-    reuseShare,
-    namePool,
-    sampleIntervalMs,
-    onSample(sample) {
-      loads.push(Deno.loadavg());
-      console.log(row(sample));
-    },
-  });
-} finally {
-  await cluster.close();
-  await Deno.remove(stateDir, { recursive: true });
-}
+const result = await withFreshCluster(
+  [...ONE_ADDRESS_JOIN_SERVICE_FLAGS, "--bootstrap-token-ttl", String(tokenTtlSeconds)],
+  (cluster) =>
+    runJoinSoak({
+      cluster,
+      durationMs: minutes * 60_000,
+      ratePerSecond,
+      reuseShare,
+      namePool,
+      sampleIntervalMs,
+      onSample(sample) {
+        loads.push(Deno.loadavg());
+        console.log(row(sample));
+      },
+    }),
+);
 
 const violations = boundViolations(result.samples, bounds);
 const { samples, ...summary } = result;
@@ -138,26 +129,17 @@ console.log(
     : `BOUNDS EXCEEDED:\n  ${violations.join("\n  ")}`,
 );
 
-await Deno.mkdir(dirname(flags.out), { recursive: true });
-await Deno.writeTextFile(
-  flags.out,
-  JSON.stringify(
-    {
-      date: new Date().toISOString(),
-      machine: { os: Deno.build.os, cores: navigator.hardwareConcurrency, deno: Deno.version.deno },
-      settings: { minutes, ratePerSecond, tokenTtlSeconds, namePool, reuseShare, sampleIntervalMs },
-      bounds,
-      violations,
-      summary,
-      perProcess,
-      objects,
-      samples: samples.map((s, i) => ({ ...s, loadAverage: loads[i] })),
-    },
-    null,
-    2,
-  ) + "\n",
-);
-console.log(`figures written to ${flags.out}`);
+await writeResults(flags.out, {
+  date: new Date().toISOString(),
+  machine: { os: Deno.build.os, cores: navigator.hardwareConcurrency, deno: Deno.version.deno },
+  settings: { minutes, ratePerSecond, tokenTtlSeconds, namePool, reuseShare, sampleIntervalMs },
+  bounds,
+  violations,
+  summary,
+  perProcess,
+  objects,
+  samples: samples.map((s, i) => ({ ...s, loadAverage: loads[i] })),
+});
 if (violations.length > 0 || result.failed > 0) Deno.exit(1);
 
 function row(s: SoakSample): string {

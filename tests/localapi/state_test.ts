@@ -40,6 +40,17 @@ async function reloaded(dir: string): Promise<ObjectStore> {
   return store;
 }
 
+/** Persists secrets "a" and "b" under `dir`, one save each, and closes the writer. */
+async function persistTwoSaves(dir: string): Promise<void> {
+  const store = newStore();
+  const writer = new StateWriter({ stateDir: dir, store });
+  create(store, "a");
+  await writer.save();
+  create(store, "b");
+  await writer.save();
+  await writer.close();
+}
+
 function names(store: ObjectStore): string[] {
   return store.list({ resource: SECRETS, namespace: "kube-system" }).map((s) =>
     (s.metadata as { name: string }).name
@@ -124,13 +135,7 @@ Deno.test("state: a journal larger than the snapshot is compacted into a new sna
 
 Deno.test("state: a last journal line cut short is dropped, and the next writer does not append to it", async () => {
   await withTempDir("local-api-torn-", async (dir) => {
-    const store = newStore();
-    const writer = new StateWriter({ stateDir: dir, store });
-    create(store, "a");
-    await writer.save();
-    create(store, "b");
-    await writer.save();
-    await writer.close();
+    await persistTwoSaves(dir);
     const journal = await Deno.readTextFile(`${dir}/${JOURNAL_FILE}`);
     await Deno.writeTextFile(`${dir}/${JOURNAL_FILE}`, journal + '{"rv":9999,"path":"/api/v1/namesp');
 
@@ -168,13 +173,7 @@ Deno.test("state: a journal older than the snapshot (a crash while compacting) i
 
 Deno.test("state: a damaged journal line before the last one stops the load, naming the file and line", async () => {
   await withTempDir("local-api-damaged-", async (dir) => {
-    const store = newStore();
-    const writer = new StateWriter({ stateDir: dir, store });
-    create(store, "a");
-    await writer.save();
-    create(store, "b");
-    await writer.save();
-    await writer.close();
+    await persistTwoSaves(dir);
     const [header, ...records] = (await Deno.readTextFile(`${dir}/${JOURNAL_FILE}`)).trim().split("\n");
     await Deno.writeTextFile(`${dir}/${JOURNAL_FILE}`, [header, "{not json", ...records, ""].join("\n"));
     await assert.rejects(loadState(dir), new RegExp(`${JOURNAL_FILE} line 2 is not valid JSON`));
