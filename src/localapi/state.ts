@@ -114,7 +114,9 @@ function journalRecords(text: string, generation: number, stateDir: string): Jou
     } catch (error) {
       // Only the last line can be cut short by a crash; anything else is damage.
       if (lines.slice(i + 1).every((line) => line === "")) break;
-      throw new Error(`${stateDir}/${JOURNAL_FILE} line ${i + 1} is not valid JSON: ${(error as Error).message}`);
+      throw new Error(
+        `${stateDir}/${JOURNAL_FILE} line ${i + 1} is not valid JSON: ${(error as Error).message}`,
+      );
     }
     if (i === 0) {
       if ((value as { generation?: unknown }).generation !== generation) return [];
@@ -205,7 +207,9 @@ export class StateWriter {
   }
 
   async #write(): Promise<void> {
-    if (this.#journal === undefined || this.#journalBytes > Math.max(MIN_COMPACTION_BYTES, this.#snapshotBytes)) {
+    if (
+      this.#journal === undefined || this.#journalBytes > Math.max(MIN_COMPACTION_BYTES, this.#snapshotBytes)
+    ) {
       return await this.#compact();
     }
     const changes = this.#store.takeChanges();
