@@ -208,13 +208,16 @@ export async function createBootstrapToken(
  * Kubernetes client. A store failure that may pass is
  * "api-server-unavailable", any other "api-server-refused".
  */
-export function bootstrapTokens(options: { client: KubernetesClient; clock: Clock }): BootstrapTokens {
+export function bootstrapTokens(
+  options: { client: KubernetesClient; clock: Clock; ttlMs?: number },
+): BootstrapTokens {
   return {
     async create({ signal }) {
       try {
         const created = await createBootstrapToken({
           secrets: { create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o) },
           clock: options.clock,
+          ttlMs: options.ttlMs,
           signal,
         });
         return { token: created.token, tokenId: created.id };

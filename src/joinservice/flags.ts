@@ -27,6 +27,7 @@ import {
   parseBrowserListener,
 } from "../flags/browser_listener.ts";
 import { type IpNetwork, parseCidr } from "../net/ip.ts";
+import { BOOTSTRAP_TOKEN_TTL_MS } from "./bootstraptoken.ts";
 
 /** The join service's settings. */
 export interface JoinServiceFlags {
@@ -72,6 +73,8 @@ export interface JoinServiceFlags {
   verifyQueue: number;
   /** How long a challenge stays valid. */
   nonceLifetimeMs: number;
+  /** How long a bootstrap token is valid. */
+  bootstrapTokenTtlMs: number;
   /** The lowest level logged. */
   logLevel: LogLevel;
   /** Connection limits of the join.API listener given on the command line. */
@@ -114,6 +117,8 @@ Flags:
   --verify-queue <n>               verifications waiting at most (default 512)
   --nonce-lifetime <seconds>       how long a challenge stays valid (default 120); use one value on
                                    every replica: replicas accept each other's challenges
+  --bootstrap-token-ttl <seconds>  how long a node's bootstrap token is valid (default 900, the
+                                   original's 15 minutes; 1 to 86400); the token cleaner deletes it then
   --log-level <level>              debug, info, warn or error (default info)
   --help                           show this help
 
@@ -150,6 +155,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     "verify-concurrency": { type: "string", default: "16" },
     "verify-queue": { type: "string", default: "512" },
     "nonce-lifetime": { type: "string", default: "120" },
+    "bootstrap-token-ttl": { type: "string", default: String(BOOTSTRAP_TOKEN_TTL_MS / 1000) },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
     ...CONNECTION_LIMIT_OPTIONS,
@@ -221,6 +227,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     verifyConcurrency: parseCount(values["verify-concurrency"], "--verify-concurrency"),
     verifyQueue: parseCount(values["verify-queue"], "--verify-queue"),
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
+    bootstrapTokenTtlMs: secondsInRange(values["bootstrap-token-ttl"], "--bootstrap-token-ttl", 1, 86_400),
     logLevel,
     limits: parseConnectionLimits(values),
     browser: parseBrowserListener(values, listenAddress),
@@ -228,9 +235,14 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
 }
 
 function nonceLifetimeMs(value: string): number {
-  const seconds = parsePositive(value, "--nonce-lifetime");
-  if (seconds < 1 || seconds > 3600) {
-    throw new UsageError(`invalid --nonce-lifetime "${value}": want 1 to 3600 seconds`);
+  return secondsInRange(value, "--nonce-lifetime", 1, 3600);
+}
+
+/** A number of seconds from `min` to `max`, as milliseconds. */
+function secondsInRange(value: string, flag: string, min: number, max: number): number {
+  const seconds = parsePositive(value, flag);
+  if (seconds < min || seconds > max) {
+    throw new UsageError(`invalid ${flag} "${value}": want ${min} to ${max} seconds`);
   }
   return Math.round(seconds * 1000);
 }

@@ -267,8 +267,8 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
   if (options.stateDir !== undefined) {
     await Deno.mkdir(options.stateDir, { recursive: true, mode: 0o700 });
     const state = await loadState(options.stateDir);
-    if (state) store.restore(state);
-    writer = new StateWriter(options.stateDir, () => store.snapshot());
+    if (state) store.restore(state.snapshot);
+    writer = new StateWriter({ stateDir: options.stateDir, store, generation: state?.generation });
   }
   const persist = async () => {
     if (!writer) return;
@@ -630,7 +630,7 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
     clearInterval(tokenCleaner);
     clearTimeout(pollTimer);
     await stop();
-    await writer?.flush();
+    await writer?.close();
   };
   const persistInBackground = () => {
     persist().catch(() => {}); // logged by persist

@@ -63,6 +63,17 @@ export interface StoreSnapshot {
   }[];
 }
 
+/** One object's state in a {@linkcode StoreSnapshot}, without its path. */
+export type StoredEntry = Omit<StoreSnapshot["objects"][number], "path">;
+
+/** An object created, changed or deleted, as {@linkcode ObjectStore.takeChanges} reports it. */
+export interface StoreChange {
+  /** The object's URL path. */
+  path: string;
+  /** Its state now; null when it was deleted. */
+  entry: StoredEntry | null;
+}
+
 /** A list request's selectors. */
 export interface ListSelectors {
   /** `key=value`, `key==value`, `key!=value`, `key` and `!key` terms, comma-separated. */
@@ -79,6 +90,8 @@ const generateNameAlphabet = "bcdfghjklmnpqrstvwxz2456789";
 /** Objects of the local API, with the real server's write semantics. */
 export class ObjectStore {
   #objects = new Map<string, Stored>();
+  /** Paths changed since the last {@linkcode takeChanges}. */
+  #changed = new Set<string>();
   #resourceVersion = 1000;
   #namespaces: Set<string>;
   #now: () => string;
@@ -184,6 +197,7 @@ export class ObjectStore {
     const stored: Stored = { object, managers: new Map() };
     this.#own(stored, manager, operation, leaves(object).keys(), route.resource);
     this.#objects.set(objectPath(target), stored);
+    this.#changed.add(objectPath(target));
     return this.#render(stored);
   }
 
@@ -201,6 +215,7 @@ export class ObjectStore {
     validateContent(route.resource, object, route.name!);
     checkImmutable(route, stored.object, object);
     const owned = changedLeaves(stored.object, object);
+    this.#changed.add(objectPath(route));
     return this.#render(this.#write(stored, object, manager, "Update", route.resource, owned));
   }
 
@@ -247,6 +262,7 @@ export class ObjectStore {
     validateContent(route.resource, next, route.name!);
     checkImmutable(route, stored.object, next);
     stored.managers.delete(manager);
+    this.#changed.add(objectPath(route));
     const result = this.#write(stored, next, manager, "Apply", route.resource, new Set(applied.keys()));
     return { code: 200, object: this.#render(result) };
   }
@@ -255,12 +271,15 @@ export class ObjectStore {
   delete(route: Route): Json {
     const stored = this.#find(route);
     this.#objects.delete(objectPath(route));
+    this.#changed.add(objectPath(route));
     return this.#render(stored);
   }
 
   /** Deletes the object at `route` if it exists; returns whether it did. */
   remove(route: Route): boolean {
-    return this.#objects.delete(objectPath(route));
+    const removed = this.#objects.delete(objectPath(route));
+    if (removed) this.#changed.add(objectPath(route));
+    return removed;
   }
 
   /** Creates or replaces the object at `route` as a fixture, owned by `manager`. */
@@ -270,6 +289,7 @@ export class ObjectStore {
     const stored = this.#objects.get(objectPath(route));
     if (!stored) return this.create(route, fixture, manager, "Update");
     const owned = new Set(leaves(fixture).keys());
+    this.#changed.add(objectPath(route));
     return this.#render(this.#write(stored, fixture, manager, "Update", route.resource, owned));
   }
 
@@ -278,18 +298,21 @@ export class ObjectStore {
     return {
       version: 1,
       resourceVersion: this.#resourceVersion,
-      objects: [...this.#objects].map(([path, stored]) => ({
-        path,
-        object: stored.object,
-        managers: [...stored.managers].map(([name, m]) => ({
-          name,
-          operation: m.operation,
-          apiVersion: m.apiVersion,
-          time: m.time,
-          fields: [...m.fields],
-        })),
-      })),
+      objects: [...this.#objects].map(([path, stored]) => ({ path, ...entryOf(stored) })),
     };
+  }
+
+  /**
+   * The objects created, changed or deleted since the last call (or since
+   * {@linkcode restore}), each with its state now: what a journal appends.
+   */
+  takeChanges(): StoreChange[] {
+    const changes = [...this.#changed].map((path) => {
+      const stored = this.#objects.get(path);
+      return { path, entry: stored ? entryOf(stored) : null };
+    });
+    this.#changed.clear();
+    return changes;
   }
 
   /** Replaces the state with a snapshot's. @throws {Error} when it is not a snapshot of this format */
@@ -298,6 +321,7 @@ export class ObjectStore {
       throw new Error("not a local API state snapshot (version 1)");
     }
     this.#objects.clear();
+    this.#changed.clear();
     for (const { path, object, managers } of snapshot.objects) {
       const entries = managers.map((m) =>
         [m.name, {
@@ -376,6 +400,20 @@ export class ObjectStore {
     }));
     return { kind, apiVersion, metadata: { ...(metadata as Json), managedFields }, ...rest };
   }
+}
+
+/** `stored` as a snapshot entry. */
+function entryOf(stored: Stored): StoredEntry {
+  return {
+    object: stored.object,
+    managers: [...stored.managers].map(([name, m]) => ({
+      name,
+      operation: m.operation,
+      apiVersion: m.apiVersion,
+      time: m.time,
+      fields: [...m.fields],
+    })),
+  };
 }
 
 function randomSuffix(): string {

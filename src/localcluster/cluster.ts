@@ -93,6 +93,12 @@ export interface LocalClusterOptions {
    * browser ports run either way.
    */
   corsAllowOrigins?: readonly string[];
+  /**
+   * More flags of every join service, after the cluster's own (a later flag
+   * wins): e.g. the rate limits, for load from one address standing in for
+   * many nodes.
+   */
+  joinServiceFlags?: readonly string[];
   /** Called after every change of the status (phases, processes). */
   onChange?: (status: ClusterStatus) => void;
   /** Aborting stops the start-up; the cluster is torn down. */
@@ -166,6 +172,12 @@ export interface LocalCluster extends AsyncDisposable {
    * services have reloaded it.
    */
   addNode(options: AddNodeOptions): Promise<LocalNode>;
+  /**
+   * Adds an attestation key's digest to the attestation config (and to the
+   * control-plane keys with `options.controlPlane`), as an operator does for
+   * a new node, and resolves once every running join service reloaded it.
+   */
+  trustAttestationKey(digest: string, options?: { controlPlane?: boolean }): Promise<void>;
   /** Resolves when the node is in one of `phases` (rejects after `timeoutMs`, default 60 s). */
   waitForPhase(name: string, phases: NodePhase[], timeoutMs?: number): Promise<NodeStatus>;
   /** Stops the key and join services of control plane `name` (`signal` default SIGTERM). */
@@ -390,23 +402,27 @@ class Cluster implements LocalCluster {
     const record = await this.#createNode(options);
     if (options.trusted ?? true) {
       if (record.akDigest === undefined) throw new Error("a dummy node has no attestation key to trust");
-      const trust = this.#config!.akTrust;
-      trust.allowedKeyDigests.push(record.akDigest);
-      if (options.controlPlaneKey ?? options.role === "ControlPlane") {
-        trust.controlPlaneKeyDigests.push(record.akDigest);
-      }
-      await Deno.writeTextFile(this.paths.attestationConfig, JSON.stringify(this.#config, null, 2) + "\n");
-      await updateAttestationConfig(this.paths.adminConf, this.attestationConfig);
-      for (const node of this.#nodes.values()) {
-        const joinService = node.services[1];
-        if (joinService === undefined) continue;
-        const reloads = countLines(joinService, ATTESTATION_CONFIG_LOADED);
-        await projectServiceConfig(this.paths.adminConf, servicesDir(node));
-        await waitForCount(joinService, ATTESTATION_CONFIG_LOADED, reloads + 1);
-      }
+      await this.trustAttestationKey(record.akDigest, {
+        controlPlane: options.controlPlaneKey ?? options.role === "ControlPlane",
+      });
     }
     if (options.start ?? true) await this.#startBootstrapper(record);
     return this.#view(record);
+  }
+
+  async trustAttestationKey(digest: string, options: { controlPlane?: boolean } = {}): Promise<void> {
+    const trust = this.#config!.akTrust;
+    trust.allowedKeyDigests.push(digest);
+    if (options.controlPlane) trust.controlPlaneKeyDigests.push(digest);
+    await Deno.writeTextFile(this.paths.attestationConfig, JSON.stringify(this.#config, null, 2) + "\n");
+    await updateAttestationConfig(this.paths.adminConf, this.attestationConfig);
+    for (const node of this.#nodes.values()) {
+      const joinService = node.services[1];
+      if (joinService === undefined) continue;
+      const reloads = countLines(joinService, ATTESTATION_CONFIG_LOADED);
+      await projectServiceConfig(this.paths.adminConf, servicesDir(node));
+      await waitForCount(joinService, ATTESTATION_CONFIG_LOADED, reloads + 1);
+    }
   }
 
   waitForPhase(name: string, phases: NodePhase[], timeoutMs = 60_000): Promise<NodeStatus> {
@@ -461,6 +477,7 @@ class Cluster implements LocalCluster {
       apiServerEndpoint: this.#apiEndpoint,
       browserPort: netns ? JOIN_SERVICE_BROWSER_PORT : 0,
       corsAllowOrigins: this.#options.corsAllowOrigins ?? [],
+      joinServiceFlags: this.#options.joinServiceFlags ?? [],
     };
     const keyService = await this.#spawn(
       `${name}/key-service`,

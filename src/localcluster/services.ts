@@ -116,6 +116,8 @@ export interface ServiceArgsOptions {
   browserPort?: number;
   /** Web origins whose pages may call the browser port. */
   corsAllowOrigins?: readonly string[];
+  /** More flags of the join service, after these (a later flag wins). */
+  joinServiceFlags?: readonly string[];
 }
 
 /**
@@ -157,5 +159,6 @@ export function joinServiceArgs(options: ServiceArgsOptions): string[] {
     ...["--metrics-port", "0", "--metrics-address", options.bindAddress],
     ...(options.browserPort === undefined ? [] : ["--browser-port", String(options.browserPort)]),
     ...(options.corsAllowOrigins ?? []).flatMap((origin) => ["--cors-allow-origin", origin]),
+    ...(options.joinServiceFlags ?? []),
   ];
 }

@@ -9,8 +9,8 @@
  * software attestation key the attestation config allow-lists
  * (`tests/support/software_tpm.ts`): a quote costs one ECDSA signature
  * instead of swtpm's ~30 ms, one at a time. The local API keeps its objects
- * in memory (`--in-memory`): persisting rewrites every object on each change,
- * which would measure the harness's disk snapshot instead of the service.
+ * in memory (`--in-memory`), so its disk (journal appends and fsyncs) is no
+ * part of the figures; `join_burst.ts` measures the local cluster as it runs.
  *
  * @module
  */

@@ -26,6 +26,7 @@ Deno.test("parseJoinServiceFlags() reads addresses, endpoints and numbers", () =
     ...["--listen-address", "::", "--metrics-address", "127.0.0.1", "--port", "0", "--metrics-port=65535"],
     ...["--key-service-endpoint", "[::1]:9000", "--tls-cert", "/c", "--tls-key", "/k"],
     ...["--rate-per-peer", "0.5", "--burst-global", "7", "--nonce-lifetime", "1.5"],
+    ...["--bootstrap-token-ttl", "30"],
   ]);
   assert.ok(flags !== "help");
   assert.equal(flags.listenAddress, "::");
@@ -36,6 +37,19 @@ Deno.test("parseJoinServiceFlags() reads addresses, endpoints and numbers", () =
   assert.equal(flags.apiServerEndpoint, "10.0.0.1:6443");
   assert.deepEqual([flags.tlsCert, flags.tlsKey], ["/c", "/k"]);
   assert.deepEqual([flags.ratePerPeer, flags.burstGlobal, flags.nonceLifetimeMs], [0.5, 7, 1500]);
+  assert.equal(flags.bootstrapTokenTtlMs, 30_000);
+});
+
+Deno.test("parseJoinServiceFlags() keeps the original's 15-minute token TTL unless told, within 1 s to 1 day", () => {
+  const flags = parseJoinServiceFlags(REQUIRED);
+  assert.ok(flags !== "help");
+  assert.equal(flags.bootstrapTokenTtlMs, 15 * 60_000);
+  for (const value of ["0.5", "86401"]) {
+    assertUsageError(
+      [...REQUIRED, "--bootstrap-token-ttl", value],
+      `invalid --bootstrap-token-ttl "${value}": want 1 to 86400 seconds`,
+    );
+  }
 });
 
 Deno.test("parseJoinServiceFlags() says what is wrong with a negative number, for every numeric flag", () => {
@@ -49,6 +63,7 @@ Deno.test("parseJoinServiceFlags() says what is wrong with a negative number, fo
     "--verify-concurrency": "want a positive number",
     "--verify-queue": "want a positive number",
     "--nonce-lifetime": "want a positive number",
+    "--bootstrap-token-ttl": "want a positive number",
     "--max-connections": "want a positive number",
     "--max-connections-per-peer": "want a positive number",
     "--max-streams-per-connection": "want a positive number",

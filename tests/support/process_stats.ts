@@ -1,7 +1,8 @@
 /**
- * Resident memory and CPU time of another process (and of the whole
- * machine), for tests and benchmarks. Deno lets only --allow-all read another process's /proc
- * entries, so `cat` (in the test permission set's run list) reads them.
+ * Resident memory, CPU time and open files of another process (and the
+ * CPU time of the whole machine), for tests and benchmarks. Deno lets only
+ * --allow-all read another process's /proc entries, so `cat` and `ls` (in
+ * the test permission set's run list) read them.
  *
  * @module
  */
@@ -53,6 +54,18 @@ export async function machineCpuSeconds(): Promise<number> {
   const busy = user + nice + system + irq + softirq + (steal ?? 0);
   if (label !== "cpu" || !Number.isFinite(busy)) throw new Error("no CPU times in /proc/stat");
   return busy / USER_HZ;
+}
+
+/** How many file descriptors (files, sockets, pipes) `pid` has open: the entries of /proc/<pid>/fd. */
+export async function processOpenFiles(pid: number): Promise<number> {
+  const { stdout, success } = await new Deno.Command("ls", {
+    args: [`/proc/${pid}/fd`],
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "null",
+  }).output();
+  if (!success) throw new Error(`cannot list /proc/${pid}/fd`);
+  return new TextDecoder().decode(stdout).split("\n").filter((line) => line !== "").length;
 }
 
 function readProc(pid: number, file: "status" | "stat"): Promise<string> {

@@ -1,0 +1,14 @@
+/**
+ * Where the benchmarks put their figures: one JSON file each (under the
+ * git-ignored `bench-results/` by default).
+ *
+ * @module
+ */
+import { dirname } from "node:path";
+
+/** Writes `figures` as indented JSON to `path`, creating its directory. */
+export async function writeResults(path: string, figures: unknown): Promise<void> {
+  await Deno.mkdir(dirname(path), { recursive: true });
+  await Deno.writeTextFile(path, JSON.stringify(figures, null, 2) + "\n");
+  console.log(`figures written to ${path}`);
+}
