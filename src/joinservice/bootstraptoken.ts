@@ -205,16 +205,19 @@ export async function createBootstrapToken(
 
 /**
  * The join service's bootstrap tokens: Secrets in kube-system through the
- * Kubernetes client. A store failure that may pass is
+ * Kubernetes client, valid for `ttlMs` (default {@linkcode BOOTSTRAP_TOKEN_TTL_MS}). A store failure that may pass is
  * "api-server-unavailable", any other "api-server-refused".
  */
-export function bootstrapTokens(options: { client: KubernetesClient; clock: Clock }): BootstrapTokens {
+export function bootstrapTokens(
+  options: { client: KubernetesClient; clock: Clock; ttlMs?: number },
+): BootstrapTokens {
   return {
     async create({ signal }) {
       try {
         const created = await createBootstrapToken({
           secrets: { create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o) },
           clock: options.clock,
+          ttlMs: options.ttlMs,
           signal,
         });
         return { token: created.token, tokenId: created.id };

@@ -27,6 +27,7 @@ import {
   parseBrowserListener,
 } from "../flags/browser_listener.ts";
 import { type IpNetwork, parseCidr } from "../net/ip.ts";
+import { BOOTSTRAP_TOKEN_TTL_MS } from "./bootstraptoken.ts";
 
 /** The join service's settings. */
 export interface JoinServiceFlags {
@@ -72,6 +73,8 @@ export interface JoinServiceFlags {
   verifyQueue: number;
   /** How long a challenge stays valid. */
   nonceLifetimeMs: number;
+  /** How long a ticket's bootstrap token is valid (the API server's token cleaner deletes it then). */
+  bootstrapTokenTtlMs: number;
   /** The lowest level logged. */
   logLevel: LogLevel;
   /** Connection limits of the join.API listener given on the command line. */
@@ -114,6 +117,9 @@ Flags:
   --verify-queue <n>               verifications waiting at most (default 512)
   --nonce-lifetime <seconds>       how long a challenge stays valid (default 120); use one value on
                                    every replica: replicas accept each other's challenges
+  --bootstrap-token-ttl <seconds>  how long a ticket's kubeadm bootstrap token is valid (default 900,
+                                   the original's 15 minutes; 10 to 86400): a token whose ticket was
+                                   lost lives this long at most
   --log-level <level>              debug, info, warn or error (default info)
   --help                           show this help
 
@@ -150,6 +156,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     "verify-concurrency": { type: "string", default: "16" },
     "verify-queue": { type: "string", default: "512" },
     "nonce-lifetime": { type: "string", default: "120" },
+    "bootstrap-token-ttl": { type: "string", default: String(BOOTSTRAP_TOKEN_TTL_MS / 1000) },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
     ...CONNECTION_LIMIT_OPTIONS,
@@ -221,6 +228,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     verifyConcurrency: parseCount(values["verify-concurrency"], "--verify-concurrency"),
     verifyQueue: parseCount(values["verify-queue"], "--verify-queue"),
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
+    bootstrapTokenTtlMs: bootstrapTokenTtlMs(values["bootstrap-token-ttl"]),
     logLevel,
     limits: parseConnectionLimits(values),
     browser: parseBrowserListener(values, listenAddress),
@@ -231,6 +239,19 @@ function nonceLifetimeMs(value: string): number {
   const seconds = parsePositive(value, "--nonce-lifetime");
   if (seconds < 1 || seconds > 3600) {
     throw new UsageError(`invalid --nonce-lifetime "${value}": want 1 to 3600 seconds`);
+  }
+  return Math.round(seconds * 1000);
+}
+
+/**
+ * The token TTL: at least 10 s (a node runs `kubeadm join` right after it
+ * receives its ticket, but it must get there), at most a day (kubeadm's own
+ * default for `kubeadm init` tokens).
+ */
+function bootstrapTokenTtlMs(value: string): number {
+  const seconds = parsePositive(value, "--bootstrap-token-ttl");
+  if (seconds < 10 || seconds > 86_400) {
+    throw new UsageError(`invalid --bootstrap-token-ttl "${value}": want 10 to 86400 seconds`);
   }
   return Math.round(seconds * 1000);
 }

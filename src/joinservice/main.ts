@@ -189,7 +189,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     discoveryHash,
     apiServerEndpoint,
     controlPlaneFiles: controlPlaneFilesSource({ pkiDir }),
-    tokens: bootstrapTokens({ client, clock }),
+    tokens: bootstrapTokens({ client, clock, ttlMs: flags.bootstrapTokenTtlMs }),
     joiningNodes: joiningNodes({ client, clock, logger }),
     ssh: sshHostCertifier({ keys, clock }),
     measurementSalt,

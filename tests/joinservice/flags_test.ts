@@ -38,6 +38,23 @@ Deno.test("parseJoinServiceFlags() reads addresses, endpoints and numbers", () =
   assert.deepEqual([flags.ratePerPeer, flags.burstGlobal, flags.nonceLifetimeMs], [0.5, 7, 1500]);
 });
 
+Deno.test("parseJoinServiceFlags() reads the bootstrap token TTL: 15 minutes by default, 10 s to a day", () => {
+  const ttl = (args: string[]) => {
+    const flags = parseJoinServiceFlags([...REQUIRED, ...args]);
+    assert.ok(flags !== "help");
+    return flags.bootstrapTokenTtlMs;
+  };
+  assert.equal(ttl([]), 15 * 60_000);
+  assert.equal(ttl(["--bootstrap-token-ttl", "10"]), 10_000);
+  assert.equal(ttl(["--bootstrap-token-ttl", "86400"]), 86_400_000);
+  for (const value of ["9.5", "86401"]) {
+    assertUsageError(
+      [...REQUIRED, "--bootstrap-token-ttl", value],
+      `invalid --bootstrap-token-ttl "${value}": want 10 to 86400 seconds`,
+    );
+  }
+});
+
 Deno.test("parseJoinServiceFlags() says what is wrong with a negative number, for every numeric flag", () => {
   const wants: Record<string, string> = {
     "--port": "want a number from 0 to 65535",
@@ -49,6 +66,7 @@ Deno.test("parseJoinServiceFlags() says what is wrong with a negative number, fo
     "--verify-concurrency": "want a positive number",
     "--verify-queue": "want a positive number",
     "--nonce-lifetime": "want a positive number",
+    "--bootstrap-token-ttl": "want a positive number",
     "--max-connections": "want a positive number",
     "--max-connections-per-peer": "want a positive number",
     "--max-streams-per-connection": "want a positive number",
