@@ -102,7 +102,9 @@ Deno.test("faults while the join service is loaded: callers retry, the service r
     await joiners.stop();
     // What the services logged as errors, for whoever reads a failure.
     for (const service of cluster.joinServices) {
-      for (const line of service.process.stderrLines.filter((l) => l.includes('"level":"error"')).slice(0, 5)) {
+      for (
+        const line of service.process.stderrLines.filter((l) => l.includes('"level":"error"')).slice(0, 5)
+      ) {
         console.log(line);
       }
     }
