@@ -33,6 +33,8 @@ export interface ApiFaultRule {
   path?: RegExp;
   /** The share of matching requests it hits, drawn per request; default 1 (all). */
   fraction?: number;
+  /** How many requests it hits at most; default no limit. */
+  times?: number;
 }
 
 /** Options for {@linkcode startApiFaultProxy}. */
@@ -79,6 +81,7 @@ export function startApiFaultProxy(options: ApiFaultProxyOptions): ApiFaultProxy
     key: options.clientCert.keyPem,
   });
   const rules = new Set<ApiFaultRule>();
+  const hits = new Map<ApiFaultRule, number>();
   const counts: ApiFaultCounts = { forwarded: 0, "error-500": 0, hang: 0, "hang-after-write": 0 };
   // Ends every hung request when the proxy closes, so the server's shutdown does not wait for them.
   const closing = new AbortController();
@@ -87,7 +90,11 @@ export function startApiFaultProxy(options: ApiFaultProxyOptions): ApiFaultProxy
     for (const rule of rules) {
       if (rule.methods && !rule.methods.includes(request.method)) continue;
       if (rule.path && !rule.path.test(path)) continue;
-      if (Math.random() < (rule.fraction ?? 1)) return rule.fault;
+      if ((hits.get(rule) ?? 0) >= (rule.times ?? Infinity)) continue;
+      if (Math.random() < (rule.fraction ?? 1)) {
+        hits.set(rule, (hits.get(rule) ?? 0) + 1);
+        return rule.fault;
+      }
     }
     return undefined;
   };

@@ -449,3 +449,20 @@ function codeOf(error: unknown): string {
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
+
+/**
+ * Orphaned tokens per fault: each orphan counts for the fault during which
+ * it was first listed (from its start until it settled), else "between faults".
+ */
+export function orphansByFault(
+  outcomes: readonly FaultOutcome[],
+  orphans: readonly { firstSeen: number }[],
+): Record<string, number> {
+  const counts: Record<string, number> = Object.fromEntries(outcomes.map((o) => [o.fault, 0]));
+  for (const orphan of orphans) {
+    const fault = outcomes.find((o) => orphan.firstSeen >= o.startedAt && orphan.firstSeen <= o.settledAt);
+    const key = fault?.fault ?? "between faults";
+    counts[key] = (counts[key] ?? 0) + 1;
+  }
+  return counts;
+}
