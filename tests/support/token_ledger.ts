@@ -70,11 +70,11 @@ export interface TokenLedger {
   /** The verdict over `tickets` with what was seen so far. */
   report(tickets: readonly DeliveredTicket[]): LedgerReport;
   /**
-   * Waits until every token seen has expired and the API's token cleaner
-   * (`cleanupIntervalMs`) has run after that, listing meanwhile; resolves to
-   * the tokens still there.
+   * Waits until every token of `tokens` (default: every token seen) has
+   * expired and the API's token cleaner (`cleanupIntervalMs`) has run after
+   * that, listing meanwhile; resolves to those of them still there.
    */
-  waitForCleaner(cleanupIntervalMs: number): Promise<SeenToken[]>;
+  waitForCleaner(cleanupIntervalMs: number, tokens?: readonly SeenToken[]): Promise<SeenToken[]>;
   /** Stops listing. */
   stop(): Promise<void>;
 }
@@ -169,14 +169,14 @@ export function startTokenLedger(options: TokenLedgerOptions): TokenLedger {
     tokens,
     poll,
     report,
-    async waitForCleaner(cleanupIntervalMs) {
-      const latest = Math.max(0, ...[...tokens.values()].map((token) => token.expiresAt));
+    async waitForCleaner(cleanupIntervalMs, waitFor = [...tokens.values()]) {
+      const latest = Math.max(0, ...waitFor.map((token) => token.expiresAt));
       const until = latest + cleanupIntervalMs + SLACK_MS;
       while (performance.now() < until || lastPoll < until) {
         await new Promise((resolve) => setTimeout(resolve, intervalMs));
       }
       await poll();
-      return [...tokens.values()].filter((token) => present.has(token.id));
+      return waitFor.filter((token) => present.has(token.id));
     },
     async stop() {
       stopped = true;
