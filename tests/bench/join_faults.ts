@@ -25,6 +25,8 @@ import {
   LOAD_STOPPED,
   orphansByFault,
   runFault,
+  SETTLE_AFTER_STOP_MS,
+  STOP_GRACE_MS,
 } from "../support/join_faults.ts";
 import { type DeliveredTicket, startJoiners } from "../support/node_joiners.ts";
 import { startTokenLedger } from "../support/token_ledger.ts";
@@ -86,7 +88,9 @@ for (const fault of ALL_FAULTS) {
   await sleep(QUIET_MS);
 }
 const stopping = performance.now();
-await joiners.stop();
+await joiners.stop({ graceMs: STOP_GRACE_MS });
+// Requests the joiners gave up on are still being cleaned up by the services (their tokens undone).
+await new Promise((resolve) => setTimeout(resolve, SETTLE_AFTER_STOP_MS));
 await ledger.poll();
 const stopped = { fault: LOAD_STOPPED, startedAt: stopping, settledAt: performance.now() };
 const tickets = [...joiners.tickets, ...extraTickets];
@@ -173,6 +177,7 @@ await Deno.writeTextFile(
         orphanMaxLifetimeMs: Math.max(0, ...orphanLifetimes),
         orphansLeftAfterCleaner: left.length,
         tokensDeletedByService: report.cleanedUp,
+        proxy: cluster.apiProxy?.counts,
       },
     },
     null,

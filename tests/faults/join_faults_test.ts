@@ -8,7 +8,7 @@
  * JoiningNode, and every other token the services left in the API expires
  * within its TTL and is deleted by the API's token cleaner.
  *
- * The join services run with a 20 s token TTL (`--bootstrap-token-ttl`) and
+ * The join services run with a 16 s token TTL (`--bootstrap-token-ttl`) and
  * the local API's token cleaner every second, so orphans expire within the
  * test; `deno task bench` runs the same faults longer (`tests/bench/join_faults.ts`).
  */
@@ -28,14 +28,16 @@ import {
   replicaKilled,
   runFault,
   type RunWindow,
+  SETTLE_AFTER_STOP_MS,
   slowlorisFault,
+  STOP_GRACE_MS,
 } from "../support/join_faults.ts";
 import { startJoiners } from "../support/node_joiners.ts";
 import { startTokenLedger } from "../support/token_ledger.ts";
 import type { DeliveredTicket } from "../support/node_joiners.ts";
 
 /** Longer than the join service's 10 s API timeout plus its 5 s undo, so an undone token is told from an expired one. */
-const TOKEN_TTL_SECONDS = 20;
+const TOKEN_TTL_SECONDS = 16;
 const CLEANUP_INTERVAL_SECONDS = 1;
 
 Deno.test("faults while the join service is loaded: callers retry, the service recovers, nothing is lost", {
@@ -67,7 +69,7 @@ Deno.test("faults while the join service is loaded: callers retry, the service r
     cluster,
     joiners,
     extraTickets,
-    scale: { windowMs: 1500, fraction: 0.3, disconnects: 24, slowlorisConnections: 80 },
+    scale: { windowMs: 1000, fraction: 0.3, disconnects: 24, slowlorisConnections: 80 },
   };
   const outcomes: FaultOutcome[] = [];
   let stopped: RunWindow | undefined;
@@ -119,7 +121,9 @@ Deno.test("faults while the join service is loaded: callers retry, the service r
     });
   } finally {
     const stopping = performance.now();
-    await joiners.stop();
+    await joiners.stop({ graceMs: STOP_GRACE_MS });
+    // Requests the joiners gave up on are still being cleaned up by the services (their tokens undone).
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_AFTER_STOP_MS));
     await ledger.poll();
     stopped = { fault: LOAD_STOPPED, startedAt: stopping, settledAt: performance.now() };
     // What the services logged as errors, for whoever reads a failure.

@@ -52,6 +52,8 @@ export interface ApiFaultProxyOptions {
 /** What the proxy did, per fault and for forwarded requests. */
 export interface ApiFaultCounts {
   forwarded: number;
+  /** Requests the proxy itself could not forward (answered 502): none should be, or the run is noisy. */
+  "upstream-failed": number;
   "error-500": number;
   hang: number;
   "hang-after-write": number;
@@ -73,6 +75,13 @@ export interface ApiFaultProxy extends AsyncDisposable {
   close(): Promise<void>;
 }
 
+/** A Kubernetes `Status` answer. */
+function status(code: number, reason: string, message: string): Response {
+  return Response.json({ kind: "Status", apiVersion: "v1", status: "Failure", message, reason, code }, {
+    status: code,
+  });
+}
+
 /** Starts a proxy on a free port of 127.0.0.1. */
 export function startApiFaultProxy(options: ApiFaultProxyOptions): ApiFaultProxy {
   const upstream = Deno.createHttpClient({
@@ -82,7 +91,13 @@ export function startApiFaultProxy(options: ApiFaultProxyOptions): ApiFaultProxy
   });
   const rules = new Set<ApiFaultRule>();
   const hits = new Map<ApiFaultRule, number>();
-  const counts: ApiFaultCounts = { forwarded: 0, "error-500": 0, hang: 0, "hang-after-write": 0 };
+  const counts: ApiFaultCounts = {
+    forwarded: 0,
+    "upstream-failed": 0,
+    "error-500": 0,
+    hang: 0,
+    "hang-after-write": 0,
+  };
   // Ends every hung request when the proxy closes, so the server's shutdown does not wait for them.
   const closing = new AbortController();
 
@@ -107,12 +122,35 @@ export function startApiFaultProxy(options: ApiFaultProxyOptions): ApiFaultProxy
       if (value !== null) headers.set(name, value);
     }
     const body = request.body ? await request.arrayBuffer() : undefined;
-    const response = await fetch(target, { method: request.method, headers, body, client: upstream });
-    const text = await response.arrayBuffer();
-    return new Response(text, {
-      status: response.status,
-      headers: { "content-type": response.headers.get("content-type") ?? "application/json" },
+    const send = async () => {
+      const response = await fetch(target, { method: request.method, headers, body, client: upstream });
+      return {
+        status: response.status,
+        type: response.headers.get("content-type"),
+        text: await response.arrayBuffer(),
+      };
+    };
+    let answer;
+    try {
+      answer = await send();
+    } catch (error) {
+      // A pooled connection the API server had closed: sent again, as HTTP clients do, unless it is a
+      // create (the one write that is not idempotent); that one fails as a gateway's would.
+      if (request.method === "POST") return upstreamFailed(error);
+      try {
+        answer = await send();
+      } catch (again) {
+        return upstreamFailed(again);
+      }
+    }
+    return new Response(answer.text, {
+      status: answer.status,
+      headers: { "content-type": answer.type ?? "application/json" },
     });
+  };
+  const upstreamFailed = (error: unknown) => {
+    counts["upstream-failed"]++;
+    return status(502, "BadGateway", `fault proxy: ${error instanceof Error ? error.message : error}`);
   };
 
   /** Resolves once the client gave up (its connection or stream closed) or the proxy closes. */
@@ -147,14 +185,7 @@ export function startApiFaultProxy(options: ApiFaultProxyOptions): ApiFaultProxy
     counts[fault]++;
     switch (fault) {
       case "error-500":
-        return Response.json({
-          kind: "Status",
-          apiVersion: "v1",
-          status: "Failure",
-          message: "injected fault: internal error",
-          reason: "InternalError",
-          code: 500,
-        }, { status: 500 });
+        return status(500, "InternalError", "injected fault: internal error");
       case "hang":
         return await hangUntilGivenUp(request);
       case "hang-after-write":

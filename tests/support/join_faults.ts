@@ -489,5 +489,20 @@ export function orphansByFault(
   return counts;
 }
 
+/**
+ * How long the joiners get to finish the nodes they are joining when the
+ * load stops: those given up mid-request are the "clients disconnecting"
+ * fault's business, and their tokens (whose answers were on the way) would
+ * only wait for the TTL.
+ */
+export const STOP_GRACE_MS = 5000;
+
+/**
+ * How long to wait after stopping the joiners before the last listing: the
+ * services undo the tokens of the requests the joiners gave up on (an undo
+ * may take up to 5 s when the API server does not answer; it does here).
+ */
+export const SETTLE_AFTER_STOP_MS = 1000;
+
 /** The name of the window in which the joiners are stopped (each gives up mid-request). */
 export const LOAD_STOPPED = "load stopped (joiners gave up mid-request)";

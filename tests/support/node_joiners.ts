@@ -82,8 +82,12 @@ export interface Joiners {
   readonly failures: readonly FailedAttempt[];
   /** Resolves once `count` tickets were delivered in all, or rejects after `timeoutMs`. */
   waitForTickets(count: number, options?: { timeoutMs?: number }): Promise<void>;
-  /** Stops every joiner (a node between attempts or mid-request gives up) and waits for them. */
-  stop(): Promise<void>;
+  /**
+   * Stops the joiners: no node starts anymore, the nodes joining finish
+   * within `graceMs` (default 0), then the rest give up, mid-request or
+   * between attempts. Resolves once every joiner stopped.
+   */
+  stop(options?: { graceMs?: number }): Promise<void>;
 }
 
 /** Starts `options.joiners` joiners, each joining one node after another until stopped. */
@@ -91,6 +95,7 @@ export function startJoiners(options: JoinersOptions): Joiners {
   const tickets: DeliveredTicket[] = [];
   const failures: FailedAttempt[] = [];
   const stopping = new AbortController();
+  let draining = false;
   const prefix = options.namePrefix ?? "worker";
   const source = new AttestedTicketSource({ issuer: options.issuer });
   const controlPlanes: InstanceMetadata[] = options.controlPlanes.map((vpcIp, i) => ({
@@ -158,7 +163,7 @@ export function startJoiners(options: JoinersOptions): Joiners {
   };
 
   const running = Promise.all(Array.from({ length: options.joiners }, async (_, joiner) => {
-    for (let serial = 0; !stopping.signal.aborted; serial++) await joinOne(joiner, serial);
+    for (let serial = 0; !draining && !stopping.signal.aborted; serial++) await joinOne(joiner, serial);
   }));
 
   return {
@@ -173,7 +178,11 @@ export function startJoiners(options: JoinersOptions): Joiners {
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     },
-    async stop() {
+    async stop(stop = {}) {
+      draining = true;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([running, new Promise((resolve) => timer = setTimeout(resolve, stop.graceMs ?? 0))]);
+      clearTimeout(timer);
       stopping.abort();
       await running;
     },
