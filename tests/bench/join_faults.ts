@@ -18,19 +18,8 @@
  */
 import { dirname } from "node:path";
 import { parseCount, parseFlags, parsePositive } from "../../src/flags/flags.ts";
-import {
-  ALL_FAULTS,
-  type FaultContext,
-  type FaultOutcome,
-  LOAD_STOPPED,
-  orphansByFault,
-  runFault,
-  SETTLE_AFTER_STOP_MS,
-  STOP_GRACE_MS,
-} from "../support/join_faults.ts";
-import { type DeliveredTicket, startJoiners } from "../support/node_joiners.ts";
-import { startTokenLedger } from "../support/token_ledger.ts";
-import { startLoadCluster } from "./join_load_cluster.ts";
+import { ALL_FAULTS, type FaultOutcome, runFault } from "../support/join_faults.ts";
+import { CLEANUP_INTERVAL_MS, startFaultRun } from "../support/fault_run.ts";
 
 const flags = parseFlags(Deno.args, {
   joiners: { type: "string", default: "16" },
@@ -41,43 +30,23 @@ const flags = parseFlags(Deno.args, {
 const joinerCount = parseCount(flags.joiners, "--joiners");
 const windowMs = parsePositive(flags.window, "--window") * 1000;
 const tokenTtlSeconds = parseCount(flags["token-ttl"], "--token-ttl");
-const CLEANUP_INTERVAL_SECONDS = 1;
 /** Steady load before the first fault and between faults. */
 const QUIET_MS = 3000;
 
-await using cluster = await startLoadCluster({
-  replicas: 2,
-  apiFaultProxy: true,
-  localApiFlags: ["--token-cleanup-interval", String(CLEANUP_INTERVAL_SECONDS)],
-  joinServiceFlags: [
-    ...["--bootstrap-token-ttl", String(tokenTtlSeconds)],
-    // Slowloris connections are reaped within the fault's window (default 120 s).
-    ...["--idle-timeout", "2"],
-  ],
-});
-const ledger = startTokenLedger({ list: (path) => cluster.list(path) });
-const joiners = startJoiners({
+await using run = await startFaultRun({
+  tokenTtlSeconds,
   joiners: joinerCount,
-  issuer: cluster.issuer,
-  controlPlanes: cluster.joinServiceAddresses,
-  port: cluster.joinServicePort,
   retryIntervalMs: 1000,
   callTimeoutMs: 30_000,
-});
-const extraTickets: DeliveredTicket[] = [];
-const context: FaultContext = {
-  cluster,
-  joiners,
-  extraTickets,
   scale: { windowMs, fraction: 0.3, disconnects: 100, slowlorisConnections: 100 },
-};
+});
+const { cluster, joiners, ledger, context } = run;
 
 console.log(
   `join service faults: ${joinerCount} joiners (the bootstrapper's join client, retry every 1 s), 2 replicas, ` +
     `${windowMs / 1000} s windows, token TTL ${tokenTtlSeconds} s, ${Deno.build.os} ` +
     `${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}`,
 );
-const started = performance.now();
 await joiners.waitForTickets(joinerCount);
 await sleep(QUIET_MS);
 const outcomes: FaultOutcome[] = [];
@@ -87,17 +56,9 @@ for (const fault of ALL_FAULTS) {
   console.log(`  ${fault.name}: done in ${((outcome.settledAt - outcome.startedAt) / 1000).toFixed(1)} s`);
   await sleep(QUIET_MS);
 }
-const stopping = performance.now();
-await joiners.stop({ graceMs: STOP_GRACE_MS });
-// Requests the joiners gave up on are still being cleaned up by the services (their tokens undone).
-await new Promise((resolve) => setTimeout(resolve, SETTLE_AFTER_STOP_MS));
-await ledger.poll();
-const stopped = { fault: LOAD_STOPPED, startedAt: stopping, settledAt: performance.now() };
-const tickets = [...joiners.tickets, ...extraTickets];
-const report = ledger.report(tickets);
-const orphans = orphansByFault([...outcomes, stopped], report.orphans);
+const { tickets, report, orphans, startedAt, stoppedAt } = await run.finish(outcomes);
 console.log(`waiting for the orphans' TTL and the token cleaner (${report.orphans.length} orphans) …`);
-const left = await ledger.waitForCleaner(CLEANUP_INTERVAL_SECONDS * 1000, report.orphans);
+const left = await ledger.waitForCleaner(CLEANUP_INTERVAL_MS, report.orphans);
 await ledger.stop();
 const orphanLifetimes = report.orphans.map((o) => o.lifetimeMs);
 
@@ -141,7 +102,7 @@ for (const row of rows) {
   );
 }
 console.log(
-  `\n${tickets.length} tickets in ${((stopping - started) / 1000).toFixed(0)} s; tickets without token: ` +
+  `\n${tickets.length} tickets in ${((stoppedAt - startedAt) / 1000).toFixed(0)} s; tickets without token: ` +
     `${report.ticketsWithoutToken.length}, without JoiningNode: ${report.ticketsWithoutJoiningNode.length}; ` +
     `orphans: ${report.orphans.length} (${counts(orphans)}), lifetimes ≤ ` +
     `${
@@ -166,7 +127,7 @@ await Deno.writeTextFile(
         joiners: joinerCount,
         windowMs,
         tokenTtlSeconds,
-        cleanupIntervalSeconds: CLEANUP_INTERVAL_SECONDS,
+        cleanupIntervalMs: CLEANUP_INTERVAL_MS,
       },
       faults: rows,
       totals: {

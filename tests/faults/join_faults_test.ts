@@ -13,66 +13,38 @@
  * test; `deno task bench` runs the same faults longer (`tests/bench/join_faults.ts`).
  */
 import assert from "node:assert/strict";
-import { startLoadCluster } from "../bench/join_load_cluster.ts";
 import {
   apiErrors,
   apiTimeouts,
   clientDisconnects,
   type Fault,
-  type FaultContext,
   type FaultOutcome,
   keyServiceRestart,
-  LOAD_STOPPED,
-  orphansByFault,
   oversizedMessages,
   replicaKilled,
   runFault,
-  type RunWindow,
-  SETTLE_AFTER_STOP_MS,
   slowlorisFault,
-  STOP_GRACE_MS,
 } from "../support/join_faults.ts";
-import { startJoiners } from "../support/node_joiners.ts";
-import { startTokenLedger } from "../support/token_ledger.ts";
-import type { DeliveredTicket } from "../support/node_joiners.ts";
+import { CLEANUP_INTERVAL_MS, type FaultRunResult, startFaultRun } from "../support/fault_run.ts";
 
 /** Longer than the join service's 10 s API timeout plus its 5 s undo, so an undone token is told from an expired one. */
 const TOKEN_TTL_SECONDS = 16;
-const CLEANUP_INTERVAL_SECONDS = 1;
 
 Deno.test("faults while the join service is loaded: callers retry, the service recovers, nothing is lost", {
   sanitizeOps: false,
   sanitizeResources: false,
 }, async (t) => {
-  await using cluster = await startLoadCluster({
-    replicas: 2,
-    apiFaultProxy: true,
-    localApiFlags: ["--token-cleanup-interval", String(CLEANUP_INTERVAL_SECONDS)],
-    joinServiceFlags: [
-      ...["--bootstrap-token-ttl", String(TOKEN_TTL_SECONDS)],
-      // Slowloris connections are reaped within the step (default 120 s).
-      ...["--idle-timeout", "2"],
-    ],
-  });
-  const ledger = startTokenLedger({ list: (path) => cluster.list(path) });
-  const joiners = startJoiners({
+  await using run = await startFaultRun({
+    tokenTtlSeconds: TOKEN_TTL_SECONDS,
     joiners: 6,
-    issuer: cluster.issuer,
-    controlPlanes: cluster.joinServiceAddresses,
-    port: cluster.joinServicePort,
     retryIntervalMs: 300,
     // Longer than the join service's 10 s API timeout: a node sees the service's answer, not its own deadline.
     callTimeoutMs: 20_000,
-  });
-  const extraTickets: DeliveredTicket[] = [];
-  const context: FaultContext = {
-    cluster,
-    joiners,
-    extraTickets,
     scale: { windowMs: 1000, fraction: 0.3, disconnects: 24, slowlorisConnections: 80 },
-  };
+  });
+  const { cluster, joiners, ledger, context } = run;
   const outcomes: FaultOutcome[] = [];
-  let stopped: RunWindow | undefined;
+  let result: FaultRunResult | undefined;
   const step = (fault: Fault, check: (outcome: FaultOutcome) => void) =>
     t.step(fault.name, async () => {
       const outcome = await runFault(context, fault);
@@ -120,12 +92,7 @@ Deno.test("faults while the join service is loaded: callers retry, the service r
       }
     });
   } finally {
-    const stopping = performance.now();
-    await joiners.stop({ graceMs: STOP_GRACE_MS });
-    // Requests the joiners gave up on are still being cleaned up by the services (their tokens undone).
-    await new Promise((resolve) => setTimeout(resolve, SETTLE_AFTER_STOP_MS));
-    await ledger.poll();
-    stopped = { fault: LOAD_STOPPED, startedAt: stopping, settledAt: performance.now() };
+    result = await run.finish(outcomes);
     // What the services logged as errors, for whoever reads a failure.
     for (const service of cluster.joinServices) {
       for (
@@ -139,9 +106,7 @@ Deno.test("faults while the join service is loaded: callers retry, the service r
   await t.step(
     "nothing lost or half-created: tickets have their tokens and JoiningNodes; orphans expire",
     async () => {
-      await ledger.poll();
-      const report = ledger.report([...joiners.tickets, ...extraTickets]);
-      const orphans = orphansByFault([...outcomes, ...(stopped ? [stopped] : [])], report.orphans);
+      const { report, orphans } = result!;
       console.log(JSON.stringify({ ...report, orphans }));
       assert.deepEqual(report.ticketsWithoutToken, []);
       assert.deepEqual(report.ticketsWithoutJoiningNode, []);
@@ -154,7 +119,7 @@ Deno.test("faults while the join service is loaded: callers retry, the service r
           `orphan lives ${orphan.lifetimeMs} ms`,
         );
       }
-      const left = await ledger.waitForCleaner(CLEANUP_INTERVAL_SECONDS * 1000, report.orphans);
+      const left = await ledger.waitForCleaner(CLEANUP_INTERVAL_MS, report.orphans);
       await ledger.stop();
       assert.deepEqual(left.map((token) => token.id), [], "orphans left after they expired");
     },
