@@ -286,7 +286,9 @@ export function bootstrapTokens(
     delete(tokenId, { signal }) {
       // Deleting is idempotent, so unlike the client's other writes it is retried: the cleanup runs
       // when the API server is failing, and a token left behind waits for its whole TTL.
-      const bounded = signal ? AbortSignal.any([signal, AbortSignal.timeout(UNDO_TIMEOUT_MS)]) : AbortSignal.timeout(UNDO_TIMEOUT_MS);
+      const bounded = signal
+        ? AbortSignal.any([signal, AbortSignal.timeout(UNDO_TIMEOUT_MS)])
+        : AbortSignal.timeout(UNDO_TIMEOUT_MS);
       return apiServerCall(async () => {
         for (let attempt = 1;; attempt++) {
           try {
@@ -304,4 +306,3 @@ export function bootstrapTokens(
     },
   };
 }
-

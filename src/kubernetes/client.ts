@@ -460,4 +460,3 @@ function withDefaults(collection: Collection, object: KubernetesObject): Kuberne
 function fieldManagerQuery(options?: WriteOptions): Record<string, string> | undefined {
   return options?.fieldManager ? { fieldManager: options.fieldManager } : undefined;
 }
-

@@ -78,7 +78,8 @@ export function parseLocalApiFlags(args: string[]): LocalApiFlags | "help" {
     stateDir: values["in-memory"] ? undefined : values["state-dir"],
     port: parsePort(values.port),
     listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
-    tokenCleanupIntervalMs: parsePositive(values["token-cleanup-interval"], "--token-cleanup-interval") * 1000,
+    tokenCleanupIntervalMs: parsePositive(values["token-cleanup-interval"], "--token-cleanup-interval") *
+      1000,
     logLevel: parseLogLevelFlag(values["log-level"]),
   };
 }
