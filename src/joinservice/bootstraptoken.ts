@@ -126,16 +126,10 @@ export interface BootstrapTokenSecrets {
   /** Creates `secret` in `namespace`. */
   create(namespace: string, secret: Secret, options: { signal?: AbortSignal }): Promise<unknown>;
   /**
-   * Deletes Secret `namespace/name` if it holds `tokenSecret` (base64, as
-   * stored): the undo of a create whose outcome is unknown. A Secret that
-   * is missing or holds another token (a name another replica took) stays.
+   * Deletes Secret `namespace/name`, resolving also when it does not exist:
+   * the undo of a create whose outcome is unknown.
    */
-  deleteIfHolds?(
-    namespace: string,
-    name: string,
-    tokenSecret: string,
-    options: { signal?: AbortSignal },
-  ): Promise<void>;
+  delete?(namespace: string, name: string, options: { signal?: AbortSignal }): Promise<void>;
 }
 
 /**
@@ -221,13 +215,13 @@ export async function createBootstrapToken(
       if (mayHaveStored(error, options.signal)) {
         // No answer (a timeout, a lost connection, the caller gone mid-request) or a server error: the
         // Secret may be stored although the create failed, and nobody would ever receive its token.
-        // Undo it now, best effort, instead of leaving it to the token cleaner for the whole TTL.
-        await options.secrets.deleteIfHolds?.(
-          KUBE_SYSTEM_NAMESPACE,
-          secret.metadata!.name!,
-          secret.data!["token-secret"],
-          { signal: AbortSignal.timeout(UNDO_TIMEOUT_MS) },
-        ).catch(() => {});
+        // Undo it now, best effort, instead of leaving it to the token cleaner for the whole TTL. By name:
+        // reading it back first would need `get` on kube-system's Secrets (the master secret is one).
+        // Were the create not stored, the name could only be another ticket's if another replica drew
+        // the same of 36^6 IDs in the meantime.
+        await options.secrets.delete?.(KUBE_SYSTEM_NAMESPACE, secret.metadata!.name!, {
+          signal: AbortSignal.timeout(UNDO_TIMEOUT_MS),
+        }).catch(() => {});
       }
       if (options.signal?.aborted) throw options.signal.reason;
       if (isAlreadyExists(error)) continue;
@@ -259,17 +253,33 @@ export async function createBootstrapToken(
 export function bootstrapTokens(
   options: { client: KubernetesClient; clock: Clock; ttlMs?: number },
 ): BootstrapTokens {
+  /**
+   * Deletes a token's Secret, gone already counting as done. Deleting is
+   * idempotent, so unlike the client's other writes it is retried: it runs
+   * when the API server is failing, and a token left behind waits for its
+   * whole TTL.
+   */
+  const deleteToken = async (name: string, signal: AbortSignal | undefined) => {
+    const timeout = AbortSignal.timeout(UNDO_TIMEOUT_MS);
+    const bounded = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    for (let attempt = 1;; attempt++) {
+      try {
+        await options.client.deleteSecret(KUBE_SYSTEM_NAMESPACE, name, { signal: bounded });
+        return;
+      } catch (error) {
+        if (isKubernetesError(error, "NotFound")) return;
+        if (!(isKubernetesError(error) && error.retryable) || attempt === DELETE_ATTEMPTS) throw error;
+        await sleep(DELETE_RETRY_DELAY_MS * attempt, bounded);
+      }
+    }
+  };
   return {
     async create({ signal }) {
       try {
         const created = await createBootstrapToken({
           secrets: {
             create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o),
-            async deleteIfHolds(namespace, name, tokenSecret, o) {
-              const stored = await options.client.getSecret(namespace, name, o);
-              if (stored.data?.["token-secret"] !== tokenSecret) return;
-              await options.client.deleteSecret(namespace, name, o);
-            },
+            delete: (_namespace, name, o) => deleteToken(name, o.signal),
           },
           clock: options.clock,
           ttlMs: options.ttlMs,
@@ -284,25 +294,7 @@ export function bootstrapTokens(
       }
     },
     delete(tokenId, { signal }) {
-      // Deleting is idempotent, so unlike the client's other writes it is retried: the cleanup runs
-      // when the API server is failing, and a token left behind waits for its whole TTL.
-      const bounded = signal
-        ? AbortSignal.any([signal, AbortSignal.timeout(UNDO_TIMEOUT_MS)])
-        : AbortSignal.timeout(UNDO_TIMEOUT_MS);
-      return apiServerCall(async () => {
-        for (let attempt = 1;; attempt++) {
-          try {
-            await options.client.deleteSecret(KUBE_SYSTEM_NAMESPACE, bootstrapTokenSecretName(tokenId), {
-              signal: bounded,
-            });
-            return;
-          } catch (error) {
-            if (isKubernetesError(error, "NotFound")) return;
-            if (!(isKubernetesError(error) && error.retryable) || attempt === DELETE_ATTEMPTS) throw error;
-            await sleep(DELETE_RETRY_DELAY_MS * attempt, bounded);
-          }
-        }
-      });
+      return apiServerCall(() => deleteToken(bootstrapTokenSecretName(tokenId), signal));
     },
   };
 }
