@@ -247,7 +247,8 @@ export async function createBootstrapToken(
 
 /**
  * The join service's bootstrap tokens: Secrets in kube-system through the
- * Kubernetes client, valid for `ttlMs` (default {@linkcode BOOTSTRAP_TOKEN_TTL_MS}). A store failure that may pass is
+ * Kubernetes client, valid for `ttlMs` (default
+ * {@linkcode BOOTSTRAP_TOKEN_TTL_MS}). A store failure that may pass is
  * "api-server-unavailable", any other "api-server-refused".
  */
 export function bootstrapTokens(

@@ -27,7 +27,10 @@ import {
 } from "../support/join_faults.ts";
 import { CLEANUP_INTERVAL_MS, type FaultRunResult, startFaultRun } from "../support/fault_run.ts";
 
-/** Longer than the join service's 10 s API timeout plus its 5 s undo, so an undone token is told from an expired one. */
+/**
+ * Longer than the join service's 10 s API timeout plus its 5 s undo, so a
+ * token the service undid is told from one that expired.
+ */
 const TOKEN_TTL_SECONDS = 16;
 
 Deno.test("faults while the join service is loaded: callers retry, the service recovers, nothing is lost", {
@@ -38,7 +41,7 @@ Deno.test("faults while the join service is loaded: callers retry, the service r
     tokenTtlSeconds: TOKEN_TTL_SECONDS,
     joiners: 6,
     retryIntervalMs: 300,
-    // Longer than the join service's 10 s API timeout: a node sees the service's answer, not its own deadline.
+    // Longer than the join service's 10 s API timeout: a node sees the service's answer, not its deadline.
     callTimeoutMs: 20_000,
     scale: { windowMs: 1000, fraction: 0.3, disconnects: 24, slowlorisConnections: 80 },
   });

@@ -87,7 +87,10 @@ export interface FaultOutcome {
   startedAt: number;
   endedAt: number;
   settledAt: number;
-  /** The joiners' attempts from its start until it settled: "OK" per ticket, else the Connect code. */
+  /**
+   * The joiners' attempts sent from its start until it settled: "OK" per
+   * ticket delivered then, else the Connect code.
+   */
   callers: Record<string, number>;
   /** The joiners' failures by code and the client's reason, e.g. "Unavailable/unreachable". */
   failures: Record<string, number>;
@@ -132,7 +135,8 @@ export async function runFault(context: FaultContext, fault: Fault): Promise<Fau
   const during = <T extends { at: number }>(items: readonly T[]) =>
     items.filter((item) => item.at >= startedAt && item.at <= settledAt);
   const tickets = during(joiners.tickets);
-  const failures = during(joiners.failures);
+  // Attempts sent during the fault: one sent before it (e.g. hung by the previous fault) is not its doing.
+  const failures = joiners.failures.filter((f) => f.startedAt >= startedAt && f.startedAt <= settledAt);
   const callers: Record<string, number> = tickets.length > 0 ? { OK: tickets.length } : {};
   const detail: Record<string, number> = {};
   const messages: Record<string, string> = {};

@@ -44,6 +44,8 @@ export interface DeliveredTicket {
 
 /** One failed ticket request of a node. */
 export interface FailedAttempt {
+  /** When it was sent (`performance.now()`). */
+  startedAt: number;
   /** When it failed (`performance.now()`). */
   at: number;
   /** The endpoint asked. */
@@ -119,6 +121,7 @@ export function startJoiners(options: JoinersOptions): Joiners {
     // The real source, observed: what each attempt got.
     const recorded: JoinTicketSource = {
       async joinTicket(asked, request, callOptions) {
+        const startedAt = performance.now();
         try {
           const ticket = await source.joinTicket(asked, request, callOptions);
           endpoint = asked;
@@ -126,7 +129,7 @@ export function startJoiners(options: JoinersOptions): Joiners {
         } catch (error) {
           if (!stopping.signal.aborted) {
             failedAttempts++;
-            failures.push(failedAttempt(asked, error));
+            failures.push(failedAttempt(startedAt, asked, error));
           }
           throw error;
         }
@@ -189,10 +192,11 @@ export function startJoiners(options: JoinersOptions): Joiners {
   };
 }
 
-function failedAttempt(endpoint: string, error: unknown): FailedAttempt {
+function failedAttempt(startedAt: number, endpoint: string, error: unknown): FailedAttempt {
   const at = performance.now();
   if (error instanceof TicketError) {
     return {
+      startedAt,
       at,
       endpoint,
       code: error.code === undefined ? "none" : Code[error.code],
@@ -202,6 +206,7 @@ function failedAttempt(endpoint: string, error: unknown): FailedAttempt {
   }
   const reason = typeof error === "object" && error !== null && "reason" in error ? String(error.reason) : "";
   return {
+    startedAt,
     at,
     endpoint,
     code: "none",
