@@ -42,6 +42,7 @@ import {
 import type { AttestedRequest, Sealed } from "../gen/atls/v1/atls_pb.ts";
 import { ReasonError } from "../reason_error.ts";
 import { connectRpc, type RpcProtocol } from "../rpc/client.ts";
+import { isUnanswered } from "../rpc/unanswered.ts";
 
 /**
  * Why a ticket request failed: a reason of the attested exchange as the
@@ -51,7 +52,8 @@ import { connectRpc, type RpcProtocol } from "../rpc/client.ts";
  * "unreachable" (no connection, or the service answered Unavailable),
  * "deadline", "refused" (the service refused for a reason of its own: a
  * rate limit, a rejected CSR, ...) and "malformed" (the opened ticket does
- * not decode).
+ * not decode). "unreachable" includes a call whose connection was lost
+ * before the answer (`src/rpc/unanswered.ts`).
  */
 export type TicketFailure = string;
 
@@ -228,12 +230,9 @@ function ticketError(endpoint: string, error: unknown): TicketError {
   }
   if (error instanceof ConnectError) {
     const exchangeReason = EXCHANGE_REASON.exec(error.rawMessage)?.[1];
+    // A call that lost its connection (the service killed or restarted mid-call) was not refused.
     const reason = exchangeReason ??
-      (error.code === Code.Unavailable
-        ? "unreachable"
-        : error.code === Code.DeadlineExceeded
-        ? "deadline"
-        : "refused");
+      (isUnanswered(error) ? "unreachable" : error.code === Code.DeadlineExceeded ? "deadline" : "refused");
     return new TicketError(endpoint, reason, `${Code[error.code]}: ${error.rawMessage}`, {
       cause: error,
       code: error.code,

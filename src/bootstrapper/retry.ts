@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { sleep } from "../async/sleep.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 
@@ -17,21 +18,7 @@ export interface Timers {
 
 /** {@linkcode Timers} over `setTimeout`. */
 export const systemTimers: Timers = {
-  sleep(ms, options = {}) {
-    const { signal } = options;
-    return new Promise((resolve, reject) => {
-      if (signal?.aborted) return reject(signal.reason);
-      const onAbort = () => {
-        clearTimeout(timer);
-        reject(signal!.reason);
-      };
-      const timer = setTimeout(() => {
-        signal?.removeEventListener("abort", onAbort);
-        resolve();
-      }, ms);
-      signal?.addEventListener("abort", onAbort, { once: true });
-    });
-  },
+  sleep: (ms, options = {}) => sleep(ms, options.signal),
 };
 
 /** A call did not finish within its deadline. */

@@ -11,6 +11,8 @@ import { ReasonError } from "../reason_error.ts";
 import type { Secret } from "kubernetes-types/core/v1.d.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import type { KubernetesClient } from "../kubernetes/client.ts";
+import { isKubernetesError } from "../kubernetes/errors.ts";
+import { sleep } from "../async/sleep.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
 import type { BootstrapTokens } from "./dependencies.ts";
 import { apiServerCall, reject } from "./rejections.ts";
@@ -116,12 +118,29 @@ export function bootstrapTokenSecret(token: BootstrapToken, expiresAt: Date): Se
 /**
  * Creates Secrets. A create of a name that exists must reject with an error
  * whose `reason` is "AlreadyExists" or whose `status` is 409 (the Kubernetes
- * API's Status for that case).
+ * API's Status for that case); an error the server answered carries its
+ * HTTP status as `code` (as `KubernetesError` does), 0 or none when no
+ * answer arrived.
  */
 export interface BootstrapTokenSecrets {
   /** Creates `secret` in `namespace`. */
   create(namespace: string, secret: Secret, options: { signal?: AbortSignal }): Promise<unknown>;
+  /**
+   * Deletes Secret `namespace/name`, resolving also when it does not exist:
+   * the undo of a create whose outcome is unknown.
+   */
+  delete?(namespace: string, name: string, options: { signal?: AbortSignal }): Promise<void>;
 }
+
+/**
+ * How long deleting a token nobody received may take (the undo of a create
+ * whose outcome is unknown, the cleanup after a failed ticket); the TTL
+ * bounds the token otherwise.
+ */
+export const UNDO_TIMEOUT_MS = 5000;
+/** Attempts of a token's cleanup delete, and the pause before the second (growing linearly). */
+const DELETE_ATTEMPTS = 4;
+const DELETE_RETRY_DELAY_MS = 100;
 
 /** Options for {@linkcode createBootstrapToken}. */
 export interface CreateBootstrapTokenOptions {
@@ -146,6 +165,18 @@ export interface CreatedBootstrapToken extends BootstrapToken {
 /** `text` without any of `secrets`. */
 function redact(text: string, secrets: string[]): string {
   return secrets.reduce((result, secret) => result.replaceAll(secret, "<redacted>"), text);
+}
+
+/**
+ * Whether a failed create may still have stored its Secret: the caller
+ * aborted mid-request, no answer arrived, or the server failed (5xx: the
+ * write may have reached storage before the failure). An answered refusal
+ * (4xx) stored nothing.
+ */
+function mayHaveStored(error: unknown, signal: AbortSignal | undefined): boolean {
+  if (signal?.aborted) return true;
+  const code = typeof error === "object" && error !== null ? (error as { code?: unknown }).code : undefined;
+  return typeof code !== "number" || code === 0 || code >= 500;
 }
 
 function isAlreadyExists(error: unknown): boolean {
@@ -181,6 +212,17 @@ export async function createBootstrapToken(
       await options.secrets.create(KUBE_SYSTEM_NAMESPACE, secret, { signal: options.signal });
       return { ...token, expiresAt };
     } catch (error) {
+      if (mayHaveStored(error, options.signal)) {
+        // No answer (a timeout, a lost connection, the caller gone mid-request) or a server error: the
+        // Secret may be stored although the create failed, and nobody would ever receive its token.
+        // Undo it now, best effort, instead of leaving it to the token cleaner for the whole TTL. By name:
+        // reading it back first would need `get` on kube-system's Secrets (the master secret is one).
+        // Were the create not stored, the name could only be another ticket's if another replica drew
+        // the same of 36^6 IDs in the meantime.
+        await options.secrets.delete?.(KUBE_SYSTEM_NAMESPACE, secret.metadata!.name!, {
+          signal: AbortSignal.timeout(UNDO_TIMEOUT_MS),
+        }).catch(() => {});
+      }
       if (options.signal?.aborted) throw options.signal.reason;
       if (isAlreadyExists(error)) continue;
       // The store's error is not attached as a cause: it may echo the request, i.e. the token.
@@ -205,17 +247,41 @@ export async function createBootstrapToken(
 
 /**
  * The join service's bootstrap tokens: Secrets in kube-system through the
- * Kubernetes client. A store failure that may pass is
+ * Kubernetes client, valid for `ttlMs` (default
+ * {@linkcode BOOTSTRAP_TOKEN_TTL_MS}). A store failure that may pass is
  * "api-server-unavailable", any other "api-server-refused".
  */
 export function bootstrapTokens(
   options: { client: KubernetesClient; clock: Clock; ttlMs?: number },
 ): BootstrapTokens {
+  /**
+   * Deletes a token's Secret, gone already counting as done. Deleting is
+   * idempotent, so unlike the client's other writes it is retried: it runs
+   * when the API server is failing, and a token left behind waits for its
+   * whole TTL.
+   */
+  const deleteToken = async (name: string, signal: AbortSignal | undefined) => {
+    const timeout = AbortSignal.timeout(UNDO_TIMEOUT_MS);
+    const bounded = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    for (let attempt = 1;; attempt++) {
+      try {
+        await options.client.deleteSecret(KUBE_SYSTEM_NAMESPACE, name, { signal: bounded });
+        return;
+      } catch (error) {
+        if (isKubernetesError(error, "NotFound")) return;
+        if (!(isKubernetesError(error) && error.retryable) || attempt === DELETE_ATTEMPTS) throw error;
+        await sleep(DELETE_RETRY_DELAY_MS * attempt, bounded);
+      }
+    }
+  };
   return {
     async create({ signal }) {
       try {
         const created = await createBootstrapToken({
-          secrets: { create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o) },
+          secrets: {
+            create: (namespace, secret, o) => options.client.createSecret(namespace, secret, o),
+            delete: (_namespace, name, o) => deleteToken(name, o.signal),
+          },
           clock: options.clock,
           ttlMs: options.ttlMs,
           signal,
@@ -229,9 +295,7 @@ export function bootstrapTokens(
       }
     },
     delete(tokenId, { signal }) {
-      return apiServerCall(() =>
-        options.client.deleteSecret(KUBE_SYSTEM_NAMESPACE, bootstrapTokenSecretName(tokenId), { signal })
-      );
+      return apiServerCall(() => deleteToken(bootstrapTokenSecretName(tokenId), signal));
     },
   };
 }

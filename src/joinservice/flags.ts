@@ -73,7 +73,7 @@ export interface JoinServiceFlags {
   verifyQueue: number;
   /** How long a challenge stays valid. */
   nonceLifetimeMs: number;
-  /** How long a bootstrap token is valid. */
+  /** How long a ticket's bootstrap token is valid (the API server's token cleaner deletes it then). */
   bootstrapTokenTtlMs: number;
   /** The lowest level logged. */
   logLevel: LogLevel;
@@ -117,8 +117,9 @@ Flags:
   --verify-queue <n>               verifications waiting at most (default 512)
   --nonce-lifetime <seconds>       how long a challenge stays valid (default 120); use one value on
                                    every replica: replicas accept each other's challenges
-  --bootstrap-token-ttl <seconds>  how long a node's bootstrap token is valid (default 900, the
-                                   original's 15 minutes; 1 to 86400); the token cleaner deletes it then
+  --bootstrap-token-ttl <seconds>  how long a ticket's kubeadm bootstrap token is valid (default 900,
+                                   the original's 15 minutes; 10 to 86400): a token whose ticket was
+                                   lost lives this long at most
   --log-level <level>              debug, info, warn or error (default info)
   --help                           show this help
 
@@ -227,7 +228,7 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     verifyConcurrency: parseCount(values["verify-concurrency"], "--verify-concurrency"),
     verifyQueue: parseCount(values["verify-queue"], "--verify-queue"),
     nonceLifetimeMs: nonceLifetimeMs(values["nonce-lifetime"]),
-    bootstrapTokenTtlMs: secondsInRange(values["bootstrap-token-ttl"], "--bootstrap-token-ttl", 1, 86_400),
+    bootstrapTokenTtlMs: secondsInRange(values["bootstrap-token-ttl"], "--bootstrap-token-ttl", 10, 86_400),
     logLevel,
     limits: parseConnectionLimits(values),
     browser: parseBrowserListener(values, listenAddress),

@@ -1,7 +1,9 @@
 /**
  * The key service as the join service's {@linkcode KeySource}: every failure
- * worth retrying (no connection, no answer in time) is
- * "key-service-unavailable" (Unavailable), so a node knows to try again.
+ * worth retrying (no connection, no answer in time, the connection lost
+ * mid-call as when the key service restarts) is "key-service-unavailable"
+ * (Unavailable), so a node knows to try again. A call the node's own
+ * request cancelled stays "canceled".
  *
  * @module
  */
@@ -18,7 +20,7 @@ export function keySource(client: KeyServiceClient): KeySource {
       try {
         return await client.getDataKey(id, length, options);
       } catch (error) {
-        if (!isRetryableKeyServiceError(error)) throw asRejection(error);
+        if (options.signal?.aborted || !isRetryableKeyServiceError(error)) throw asRejection(error);
         throw reject(
           "key-service-unavailable",
           `key service unavailable: ${ConnectError.from(error).rawMessage}`,

@@ -17,8 +17,10 @@
  *     CSR (a rejected CSR stops here); keys from the key service,
  *     components, control-plane files, discovery hash and endpoint
  *     (concurrently; a failure is reported in this order); then the
- *     bootstrap token (the first side effect) and the JoiningNode record; if
- *     the record or the sealing fails, the token is deleted again;
+ *     bootstrap token (the first side effect; a create whose outcome is
+ *     unknown is undone) and the JoiningNode record; if the record or the
+ *     sealing fails, or the node is gone before its answer, the token is
+ *     deleted again;
  *     {@linkcode JoinService.issueRejoin}: the two keys;
  *  7. the ticket, sealed.
  *
@@ -276,12 +278,23 @@ export class JoinService {
           : Promise.resolve([]),
       ]);
 
+    // The side effects, in this order, and why (see "Faults under load" in the README):
+    //  - the token first: it is the one object that is a credential and a fresh one per attempt, and a
+    //    failed create whose outcome is unknown (no answer, a server error, the node gone mid-request)
+    //    is undone by the token source itself;
+    //  - then the JoiningNode: idempotent per node name (a worker's is applied; the same control plane
+    //    may record itself again), so one left by a failed attempt is what the node's next attempt
+    //    writes anyway; recorded after the token so a failed token create leaves no record at all;
+    //  - a failure after the token (record, sealing, or the node gone before its answer) deletes the
+    //    token again, best effort.
+    // What no order avoids: a node that disconnects after the answer left, a process killed between
+    // create and answer, or a delete that fails while the API server is down. Those tokens were never
+    // sent anywhere, and the API server's token cleaner deletes them when their TTL ends.
     const { token, tokenId } = await timed(
       "creating bootstrap token",
       deps.metrics.apiServerSeconds,
       () => deps.tokens.create(options),
     );
-    // A token nobody received is deleted again (the JoiningNode record or the sealing failed).
     try {
       await timed("recording joining node", deps.metrics.apiServerSeconds, () =>
         deps.joiningNodes.record({
@@ -307,6 +320,8 @@ export class JoinService {
         undefined,
         () => verified.seal(toBinary(IssueJoinTicketResponseSchema, ticket)),
       );
+      // A node that gave up already cannot receive the ticket: its token would only wait for the TTL.
+      options.signal?.throwIfAborted();
       return create(IssueJoinTicketResponseSchema, { sealed });
     } catch (error) {
       // Cleanup runs even when the node gave up: the token must not outlive the failed ticket.

@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { isUnanswered } from "../rpc/unanswered.ts";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { API } from "../gen/kms/kms_pb.ts";
 import { parseEndpoint } from "../net/endpoint.ts";
@@ -77,10 +78,15 @@ export function createKeyServiceClient(options: KeyServiceClientOptions): KeySer
   };
 }
 
-/** Whether a key service call failed in a way worth retrying (Unavailable, DeadlineExceeded). */
+/**
+ * Whether a key service call failed in a way worth retrying: Unavailable,
+ * DeadlineExceeded, or no answer at all (the connection lost mid-call, e.g.
+ * the key service restarting: `src/rpc/unanswered.ts`). For a call the
+ * caller did not cancel.
+ */
 export function isRetryableKeyServiceError(err: unknown): boolean {
   const code = ConnectError.from(err).code;
-  return code === Code.Unavailable || code === Code.DeadlineExceeded;
+  return code === Code.Unavailable || code === Code.DeadlineExceeded || isUnanswered(err);
 }
 
 function endpointUrl(endpoint: string): string {

@@ -14,6 +14,7 @@
  */
 import type { ConfigMap, Secret } from "kubernetes-types/core/v1.d.ts";
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
+import { sleep } from "../async/sleep.ts";
 import { WorkPool } from "../limits/pool.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
 import type { ConnectionConfig } from "./connection.ts";
@@ -458,19 +459,4 @@ function withDefaults(collection: Collection, object: KubernetesObject): Kuberne
 
 function fieldManagerQuery(options?: WriteOptions): Record<string, string> | undefined {
   return options?.fieldManager ? { fieldManager: options.fieldManager } : undefined;
-}
-
-/** Waits `ms`, rejecting with the signal's reason when it aborts. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
 }

@@ -4,7 +4,14 @@
  * @module
  */
 import type { LogLevel } from "../log/logger.ts";
-import { parseFlags, parseListenAddress, parseLogLevelFlag, parsePort, UsageError } from "../flags/flags.ts";
+import {
+  parseFlags,
+  parseListenAddress,
+  parseLogLevelFlag,
+  parsePort,
+  parsePositive,
+  UsageError,
+} from "../flags/flags.ts";
 
 /** The local API's settings. */
 export interface LocalApiFlags {
@@ -16,6 +23,8 @@ export interface LocalApiFlags {
   port: number;
   /** Address to bind. */
   listenAddress: string;
+  /** How often expired bootstrap tokens are deleted (kube-controller-manager's token cleaner). */
+  tokenCleanupIntervalMs: number;
   /** The lowest level logged. */
   logLevel: LogLevel;
 }
@@ -35,6 +44,9 @@ Flags:
                             (benchmarks: no disk writes, fsyncs or journal to measure)
   --port <port>             port to listen on, 0 for any free port (default 6443)
   --listen-address <addr>   IP address to bind (default 127.0.0.1)
+  --token-cleanup-interval <seconds>
+                            how often expired bootstrap tokens are deleted, as
+                            kube-controller-manager's token cleaner does (default 10)
   --log-level <level>       debug, info, warn or error (default info)
   --help                    show this help
 `;
@@ -43,7 +55,7 @@ Flags:
  * Parses the command line. Returns "help" when `--help` is given.
  *
  * @throws {UsageError} for an unknown or missing flag, both or neither of --state-dir and --in-memory, a
- *   bad port, listen address or log level
+ *   bad port, listen address, token cleanup interval or log level
  */
 export function parseLocalApiFlags(args: string[]): LocalApiFlags | "help" {
   const values = parseFlags(args, {
@@ -52,6 +64,7 @@ export function parseLocalApiFlags(args: string[]): LocalApiFlags | "help" {
     "in-memory": { type: "boolean", default: false },
     port: { type: "string", default: "6443" },
     "listen-address": { type: "string", default: "127.0.0.1" },
+    "token-cleanup-interval": { type: "string", default: "10" },
     "log-level": { type: "string", default: "info" },
     help: { type: "boolean", default: false },
   }, "local API");
@@ -65,6 +78,8 @@ export function parseLocalApiFlags(args: string[]): LocalApiFlags | "help" {
     stateDir: values["in-memory"] ? undefined : values["state-dir"],
     port: parsePort(values.port),
     listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
+    tokenCleanupIntervalMs: parsePositive(values["token-cleanup-interval"], "--token-cleanup-interval") *
+      1000,
     logLevel: parseLogLevelFlag(values["log-level"]),
   };
 }

@@ -48,6 +48,7 @@ export async function main(args: string[]): Promise<number> {
       stateDir: flags.stateDir,
       hostname: flags.listenAddress,
       port: flags.port,
+      tokenCleanupIntervalMs: flags.tokenCleanupIntervalMs,
       logger,
     });
   } catch (err) {

@@ -12,6 +12,12 @@
  * in memory (`--in-memory`), so its disk (journal appends and fsyncs) is no
  * part of the figures; `join_burst.ts` measures the local cluster as it runs.
  *
+ * For fault runs (`tests/faults/`, `join_faults.ts`) it can run several
+ * join-service replicas on one port at 127.0.0.1, 127.0.0.2, … (as join
+ * services on control-plane nodes share the node port), put a
+ * fault-injecting proxy (`tests/support/api_fault_proxy.ts`) between them
+ * and the local API, and list what the API holds.
+ *
  * @module
  */
 import { createClient } from "@connectrpc/connect";
@@ -39,6 +45,8 @@ import {
   writePki,
 } from "../support/join_cluster.ts";
 import { createTestCa, issueCert, issueLoopbackServerCert, kubeconfigFor } from "../support/pki.ts";
+import { type ApiFaultProxy, startApiFaultProxy } from "../support/api_fault_proxy.ts";
+import { freePort } from "../../src/net/free_port.ts";
 import { SoftwareTpmIssuer } from "../support/software_tpm.ts";
 
 /** The local API's "listening" log line; group 1 is the port. */
@@ -50,13 +58,34 @@ export interface LoadClusterOptions {
   joinServiceFlags?: string[];
   /** Flags of the join service's `deno run`, e.g. `--cpu-prof`. */
   joinServiceDenoFlags?: string[];
+  /** Join-service replicas, at 127.0.0.1, 127.0.0.2, … on one port; default 1 (on a free port). */
+  replicas?: number;
+  /** Put a fault-injecting proxy between the join services and the local API; default false. */
+  apiFaultProxy?: boolean;
+  /** Extra flags of the local API, e.g. `--token-cleanup-interval`. */
+  localApiFlags?: string[];
 }
 
 /** A running load cluster. Dispose it to stop every process and remove its files. */
 export interface LoadCluster extends AsyncDisposable {
+  /** The first replica. */
   readonly joinService: JoinServiceProcess;
+  /** Every replica, by index (a restarted one replaces its entry). */
+  readonly joinServices: readonly JoinServiceProcess[];
+  /** The replicas' addresses, by index. */
+  readonly joinServiceAddresses: readonly string[];
+  /** The port every replica listens on. */
+  readonly joinServicePort: number;
+  /** Starts replica `index` again (after it was stopped or killed), on its address and port. */
+  restartJoinService(index: number): Promise<JoinServiceProcess>;
   readonly keyService: KeyServiceProcess;
   readonly localApi: RunningService;
+  /** The proxy the join services reach the API through, with `apiFaultProxy`. */
+  readonly apiProxy: ApiFaultProxy | undefined;
+  /** Lists the objects of a collection URL path straight from the local API (as the admin). */
+  list<T = Record<string, unknown>>(path: string): Promise<T[]>;
+  /** PEM CA of the join services' serving certificate. */
+  readonly joinCaPem: string;
   /** The joining nodes' (allow-listed) software attestation key. */
   readonly issuer: SoftwareTpmIssuer;
   /** A new connection to the join service (a joining node's), with a client over it. */
@@ -113,6 +142,7 @@ export async function startLoadCluster(options: LoadClusterOptions = {}): Promis
       `--allow-read=${paths.pkiDir}`,
       "src/localapi/main.ts",
       ...["--pki-dir", paths.pkiDir, "--in-memory", "--port", "0", "--listen-address", "127.0.0.1"],
+      ...(options.localApiFlags ?? []),
     ], { readyMatch: LOCAL_API_LISTENING, cwd: REPO_ROOT });
     cleanups.push(() => localApi.stop());
     await localApi.waitForLine(/"msg":"serving"/);
@@ -120,12 +150,31 @@ export async function startLoadCluster(options: LoadClusterOptions = {}): Promis
       subject: "CN=kubernetes-admin, O=system:masters",
       usages: ["clientAuth"],
     });
-    await Deno.writeTextFile(
-      paths.kubeconfig,
-      kubeconfigFor(`https://127.0.0.1:${localApi.port}`, clusterCa.certPem, admin),
-      { mode: 0o600 },
-    );
+    const localApiUrl = `https://127.0.0.1:${localApi.port}`;
+    await Deno.writeTextFile(paths.kubeconfig, kubeconfigFor(localApiUrl, clusterCa.certPem, admin), {
+      mode: 0o600,
+    });
     await createComponentObjects(paths.kubeconfig);
+    const adminHttp = Deno.createHttpClient({
+      caCerts: [clusterCa.certPem],
+      cert: admin.certPem,
+      key: admin.keyPem,
+    });
+    cleanups.push(() => Promise.resolve(adminHttp.close()));
+    let apiProxy: ApiFaultProxy | undefined;
+    if (options.apiFaultProxy) {
+      // The join services' kubeconfig (also admin.conf, whose CA they pin) names the proxy instead.
+      apiProxy = startApiFaultProxy({
+        upstream: localApiUrl,
+        upstreamCaPem: clusterCa.certPem,
+        clientCert: admin,
+        serverCert: await issueLoopbackServerCert(clusterCa, "CN=kube-apiserver-fault-proxy"),
+      });
+      cleanups.push(() => apiProxy!.close());
+      await Deno.writeTextFile(paths.kubeconfig, kubeconfigFor(apiProxy.url, clusterCa.certPem, admin), {
+        mode: 0o600,
+      });
+    }
 
     const keyService = await startKeyServiceProcess(
       {
@@ -137,25 +186,58 @@ export async function startLoadCluster(options: LoadClusterOptions = {}): Promis
     );
     cleanups.push(() => keyService.stop());
 
+    const replicas = options.replicas ?? 1;
+    const addresses = Array.from({ length: replicas }, (_, i) => `127.0.0.${i + 1}`);
     const joinCa = await createTestCa("CN=join-service-load-ca");
-    const leaf = await issueLoopbackServerCert(joinCa, "CN=join-service");
+    const leaf = await issueCert(joinCa, {
+      subject: "CN=join-service",
+      sans: { ips: addresses, dns: ["localhost"] },
+      usages: ["serverAuth"],
+    });
     await Deno.writeTextFile(paths.tlsCert, leaf.certPem);
     await Deno.writeTextFile(paths.tlsKey, leaf.keyPem, { mode: 0o600 });
-    const joinService = await joinServiceProcess(
-      joinServiceCommand({
-        paths,
-        keyServiceEndpoint: keyService.endpoint,
-        denoFlags: options.joinServiceDenoFlags,
-        flags: options.joinServiceFlags,
-      }),
-      joinCa.certPem,
-    );
-    cleanups.push(() => joinService.stop());
+    // One replica takes a free port; several share one, free on 127.0.0.1 when chosen (nothing else
+    // here binds 127.0.0.2 and up).
+    const port = replicas === 1 ? 0 : freePort();
+    const startReplica = async (index: number) => {
+      const replica = await joinServiceProcess(
+        joinServiceCommand({
+          paths,
+          keyServiceEndpoint: keyService.endpoint,
+          denoFlags: options.joinServiceDenoFlags,
+          flags: options.joinServiceFlags,
+          listenAddress: addresses[index],
+          port,
+        }),
+        joinCa.certPem,
+        addresses[index],
+      );
+      cleanups.push(() => replica.stop());
+      return replica;
+    };
+    const joinServices: JoinServiceProcess[] = [];
+    for (let i = 0; i < replicas; i++) joinServices.push(await startReplica(i));
+    const joinService = joinServices[0];
 
     return {
       joinService,
+      joinServices,
+      joinServiceAddresses: addresses,
+      joinServicePort: joinService.process.port,
+      async restartJoinService(index) {
+        await joinServices[index].stop();
+        joinServices[index] = await startReplica(index);
+        return joinServices[index];
+      },
       keyService,
       localApi,
+      apiProxy,
+      async list<T>(path: string) {
+        const response = await fetch(`${localApiUrl}${path}`, { client: adminHttp });
+        if (!response.ok) throw new Error(`listing ${path}: ${response.status} ${await response.text()}`);
+        return ((await response.json()) as { items: T[] }).items;
+      },
+      joinCaPem: joinCa.certPem,
       issuer,
       connect() {
         const connection = connectRpc({ baseUrl: joinService.url, caCerts: [joinCa.certPem] });

@@ -40,14 +40,19 @@ Deno.test("parseJoinServiceFlags() reads addresses, endpoints and numbers", () =
   assert.equal(flags.bootstrapTokenTtlMs, 30_000);
 });
 
-Deno.test("parseJoinServiceFlags() keeps the original's 15-minute token TTL unless told, within 1 s to 1 day", () => {
-  const flags = parseJoinServiceFlags(REQUIRED);
-  assert.ok(flags !== "help");
-  assert.equal(flags.bootstrapTokenTtlMs, 15 * 60_000);
-  for (const value of ["0.5", "86401"]) {
+Deno.test("parseJoinServiceFlags() reads the bootstrap token TTL: 15 minutes by default, 10 s to a day", () => {
+  const ttl = (args: string[]) => {
+    const flags = parseJoinServiceFlags([...REQUIRED, ...args]);
+    assert.ok(flags !== "help");
+    return flags.bootstrapTokenTtlMs;
+  };
+  assert.equal(ttl([]), 15 * 60_000);
+  assert.equal(ttl(["--bootstrap-token-ttl", "10"]), 10_000);
+  assert.equal(ttl(["--bootstrap-token-ttl", "86400"]), 86_400_000);
+  for (const value of ["9.5", "86401"]) {
     assertUsageError(
       [...REQUIRED, "--bootstrap-token-ttl", value],
-      `invalid --bootstrap-token-ttl "${value}": want 1 to 86400 seconds`,
+      `invalid --bootstrap-token-ttl "${value}": want 10 to 86400 seconds`,
     );
   }
 });

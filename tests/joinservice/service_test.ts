@@ -290,6 +290,25 @@ Deno.test("join tickets: each case gets its code, reason and writes", async (t) 
   }
 });
 
+Deno.test("a node gone before its answer: no ticket is sent, and its token is deleted again", async () => {
+  const gone = new AbortController();
+  const world = fakeDependencies();
+  const record = world.deps.joiningNodes.record;
+  // The node disconnects while its JoiningNode is written; the write itself completes.
+  world.deps.joiningNodes.record = async (node, options) => {
+    await record(node, options);
+    gone.abort();
+  };
+  const service = new JoinService(world.deps).handlers();
+  const error = await Promise.resolve(
+    service.issueJoinTicket(fakeJoinRequest(), fakeContext({ signal: gone.signal })),
+  ).then(() => undefined, (e: unknown) => e);
+  assert.ok(error instanceof ConnectError, `want a rejection, got ${error}`);
+  assert.equal(Code[error.code], "Canceled");
+  assert.deepEqual(world.writes, ["create token tok001", "record worker-1 (worker)", "delete token tok001"]);
+  assert.equal(world.audit[0].reason, "canceled");
+});
+
 Deno.test("a ticket holds every field from its sources", async () => {
   const world = fakeDependencies({ keyDigest: CONTROL_PLANE_KEY });
   const result = await join(

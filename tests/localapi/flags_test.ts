@@ -28,3 +28,19 @@ Deno.test("parseLocalApiFlags() wants the PKI directory and exactly one of --sta
     );
   }
 });
+
+Deno.test("parseLocalApiFlags() reads the token cleaner's interval: 10 s by default", () => {
+  const interval = (args: string[]) => {
+    const flags = parseLocalApiFlags(["--pki-dir", "/p", "--in-memory", ...args]);
+    assert.ok(flags !== "help");
+    return flags.tokenCleanupIntervalMs;
+  };
+  assert.equal(interval([]), 10_000);
+  assert.equal(interval(["--token-cleanup-interval", "0.5"]), 500);
+  assert.throws(
+    () => interval(["--token-cleanup-interval", "0"]),
+    (error) =>
+      error instanceof UsageError &&
+      error.message === 'invalid --token-cleanup-interval "0": want a positive number',
+  );
+});

@@ -492,22 +492,33 @@ export interface JoinServiceCommandOptions {
   denoFlags?: string[];
   /** The service's extra flags; later flags win. */
   flags?: string[];
+  /**
+   * The loopback address both ports bind (default 127.0.0.1): replicas on
+   * 127.0.0.1, 127.0.0.2, … share one port, as join services on control-plane
+   * nodes share the node port.
+   */
+  listenAddress?: string;
+  /** The join.API port; default 0 (a free one). */
+  port?: number;
 }
 
 /**
  * The `deno run` arguments of a join service of a cluster: the
  * `join-service` permission set reading only the cluster's files and
- * reaching only 127.0.0.1, the service's runtime flags (`runtime.ts`), both
- * ports free ones on 127.0.0.1, open rate limits, then `options.flags`.
+ * reaching only 127.0.0.1 (and its own listen address), the service's
+ * runtime flags (`runtime.ts`), both ports on `options.listenAddress`
+ * (default 127.0.0.1; the join.API port `options.port`, else free ones),
+ * open rate limits, then `options.flags`.
  */
 export function joinServiceCommand(options: JoinServiceCommandOptions): string[] {
   const { paths, flags = [] } = options;
+  const address = options.listenAddress ?? "127.0.0.1";
   return [
     "run",
     "-P=join-service",
     "--no-prompt",
     `--allow-read=${paths.root}`,
-    "--allow-net=127.0.0.1",
+    `--allow-net=${[...new Set(["127.0.0.1", address])].join(",")}`,
     ...JOIN_SERVICE_DENO_FLAGS,
     ...(options.denoFlags ?? []),
     "src/joinservice/main.ts",
@@ -518,8 +529,8 @@ export function joinServiceCommand(options: JoinServiceCommandOptions): string[]
     ...["--kubeconfig", paths.kubeconfig],
     ...["--config-dir", paths.configDir, "--kubernetes-dir", paths.kubernetesDir],
     ...["--tls-cert", paths.tlsCert, "--tls-key", paths.tlsKey],
-    ...["--port", "0", "--listen-address", "127.0.0.1"],
-    ...["--metrics-port", "0", "--metrics-address", "127.0.0.1"],
+    ...["--port", String(options.port ?? 0), "--listen-address", address],
+    ...["--metrics-port", "0", "--metrics-address", address],
     ...OPEN_RATE_LIMITS,
     ...["--log-level", options.logLevel ?? "info"],
     ...flags,
@@ -629,11 +640,18 @@ export async function startKeyServiceProcess(
   };
 }
 
-/** Starts a join service with `args` (`joinServiceCommand`); waits for its "listening" line. */
-export async function joinServiceProcess(args: string[], caPem: string): Promise<JoinServiceProcess> {
+/**
+ * Starts a join service with `args` (`joinServiceCommand`, listening on
+ * `hostname`, default 127.0.0.1); waits for its "listening" line.
+ */
+export async function joinServiceProcess(
+  args: string[],
+  caPem: string,
+  hostname = "127.0.0.1",
+): Promise<JoinServiceProcess> {
   const process = await startService("deno", args, { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT });
   const listening = JSON.parse(process.stderrLines.find((line) => JOIN_SERVICE_LISTENING.test(line))!);
-  const url = `https://127.0.0.1:${process.port}`;
+  const url = `https://${hostname}:${process.port}`;
   const connection = connectRpc({ baseUrl: url, caCerts: [caPem] });
   const client = createClient(API, connection.transport);
   let stopped: Promise<Deno.CommandStatus> | undefined;
@@ -648,7 +666,7 @@ export async function joinServiceProcess(args: string[], caPem: string): Promise
   });
   return {
     url,
-    metricsUrl: `http://127.0.0.1:${listening.metricsPort}`,
+    metricsUrl: `http://${hostname}:${listening.metricsPort}`,
     client,
     process,
     stop(signal?: Deno.Signal) {

@@ -1,0 +1,21 @@
+/**
+ * Waiting that an `AbortSignal` ends: no timer outlives its caller.
+ *
+ * @module
+ */
+
+/** Resolves after `ms`; rejects with the signal's reason (and clears the timer) when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
