@@ -4,7 +4,9 @@
  * (/var/config) and cannot read or bind outside them; the join service bundle
  * serves join.API (TLS, the key service client, X.509, YAML: the bundled
  * CommonJS modules too) from inputs inside its permissions, and cannot read
- * outside them (its inputs, /etc/shadow). The launchers find Deno in `$DENO`,
+ * outside them (its inputs, /etc/shadow); the console, copied away from the
+ * checkout, serves the page built beside it, and says so when it is missing.
+ * The launchers find Deno in `$DENO`,
  * on PATH, or beside the checkout's dist/, and say what to install without.
  * The permission matrix is in permission_matrix_test.ts.
  */
@@ -17,7 +19,9 @@ import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";
 import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/key_service_process.ts";
 import { withTempDir } from "../support/temp_dir.ts";
-import { buildArtifacts, PINNED_DENO } from "./artifacts.ts";
+import { CONSOLE_LISTENING } from "../../src/console/main.ts";
+import { CONSOLE_FILES, PAGE_DIR_NAME } from "../../src/console/page.ts";
+import { buildArtifacts, DIST, PINNED_DENO } from "./artifacts.ts";
 
 const CONFIG_DIR = "/var/config";
 const LAUNCHER = `${REPO_ROOT}dist/key-service`;
@@ -333,6 +337,52 @@ Deno.test("the built services run under exactly their permission sets", async (t
       assert.match(result.stderrLines.join("\n"), /cli: .*\/proc\/self\/environ/);
       assert.doesNotMatch(result.stderrLines.join("\n"), /\n\s+at /, "no stack trace");
     });
+
+    await t.step(
+      "the console, copied away from the checkout, serves its page and a local cluster's config",
+      async () => {
+        await withTempDir("console-artifact-", async (dir) => {
+          // The launcher, its bundle and its page, as they would be shipped; run from /.
+          for (const file of ["console", "console.js"]) {
+            await Deno.copyFile(`${DIST}${file}`, `${dir}/${file}`);
+          }
+          const stateDir = `${dir}/cluster`;
+          await Deno.mkdir(stateDir);
+          await Deno.writeTextFile(`${stateDir}/attestation-config.json`, '{"variant":"dummy"}\n');
+          const args = ["--port", "0", "--local-cluster", stateDir];
+          // Run as its #! line runs it (sh), as the tests may run only the checkout's dist/.
+          const pageless = await runToExit("sh", [`${dir}/console`, ...args], {
+            env: LAUNCHER_ENV,
+            cwd: "/",
+          });
+          assert.equal(pageless.code, 1);
+          assert.match(pageless.stderrLines.join("\n"), /^console: no page in .*\/console-web\/: /);
+
+          await Deno.mkdir(`${dir}/${PAGE_DIR_NAME}`);
+          for (const file of CONSOLE_FILES) {
+            await Deno.copyFile(`${DIST}${PAGE_DIR_NAME}/${file}`, `${dir}/${PAGE_DIR_NAME}/${file}`);
+          }
+          const served = await startService("sh", [`${dir}/console`, ...args], {
+            readyMatch: CONSOLE_LISTENING,
+            env: LAUNCHER_ENV,
+            cwd: "/",
+          });
+          try {
+            const get = (path: string) => fetch(`http://127.0.0.1:${served.port}${path}`);
+            const page = await get("/app.js");
+            assert.equal(page.status, 200);
+            assert.deepEqual(
+              new Uint8Array(await page.arrayBuffer()),
+              await Deno.readFile(`${DIST}${PAGE_DIR_NAME}/app.js`),
+            );
+            assert.match(await (await get("/")).text(), /^<!doctype html>/);
+            assert.equal(await (await get("/api/attestation-config")).text(), '{"variant":"dummy"}\n');
+          } finally {
+            assert.equal((await served.stop()).code, 0);
+          }
+        });
+      },
+    );
 
     await t.step("the join service cannot read its inputs outside its permissions", async () => {
       const result = await runToExit(JOIN_SERVICE_LAUNCHER, [
