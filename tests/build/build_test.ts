@@ -14,7 +14,6 @@ import assert from "node:assert/strict";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { COMPONENTS, launcherScript, permissionFlags } from "../../scripts/build.ts";
 import { HKDF_ZERO } from "../kms/vectors.ts";
-import { createTestCa } from "../support/pki.ts";
 import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";
 import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/key_service_process.ts";
@@ -22,8 +21,8 @@ import { withTempDir } from "../support/temp_dir.ts";
 import { CONSOLE_LISTENING } from "../../src/console/main.ts";
 import { CONSOLE_FILES, PAGE_DIR_NAME } from "../../src/console/page.ts";
 import { buildArtifacts, DIST, PINNED_DENO } from "./artifacts.ts";
+import { CONFIG_DIR, ensureConfigDir, joinServiceArgs, writeJoinServiceInputs } from "./service_inputs.ts";
 
-const CONFIG_DIR = "/var/config";
 const LAUNCHER = `${REPO_ROOT}dist/key-service`;
 const JOIN_SERVICE_LAUNCHER = `${REPO_ROOT}dist/join-service`;
 const BOOTSTRAPPER_LAUNCHER = `${REPO_ROOT}dist/bootstrapper`;
@@ -31,57 +30,6 @@ const CLI_LAUNCHER = `${REPO_ROOT}dist/cli`;
 /** The pinned Deno the launcher runs. */
 const LAUNCHER_ENV = { DENO: PINNED_DENO };
 const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
-
-const NOT_ROOT =
-  "this test places the key service's secrets inside its baked read permission, so it must run as root";
-
-/** Creates /var/config if needed; fails clearly when this user cannot write there. Returns whether it created it. */
-async function ensureConfigDir(): Promise<boolean> {
-  try {
-    await Deno.stat(CONFIG_DIR);
-    return false;
-  } catch (err) {
-    if (!(err instanceof Deno.errors.NotFound)) throw err;
-  }
-  try {
-    await Deno.mkdir(CONFIG_DIR);
-    return true;
-  } catch (err) {
-    throw new Error(`cannot create ${CONFIG_DIR} (${(err as Error).message}): ${NOT_ROOT}`);
-  }
-}
-
-/**
- * Writes what a join service reads at start into `dir`: `config/` (a dummy
- * attestation config, a measurement salt) and `kubernetes/` (admin.conf with
- * the cluster CA, and that CA in pki/).
- */
-async function writeJoinServiceInputs(dir: string): Promise<void> {
-  await Deno.mkdir(`${dir}/config`);
-  await Deno.mkdir(`${dir}/kubernetes/pki`, { recursive: true });
-  await Deno.writeTextFile(`${dir}/config/attestationConfig`, JSON.stringify({ variant: "dummy" }));
-  await Deno.writeFile(`${dir}/config/measurementSalt`, crypto.getRandomValues(new Uint8Array(32)));
-  const ca = await createTestCa("CN=kubernetes");
-  await Deno.writeTextFile(`${dir}/kubernetes/pki/ca.crt`, ca.certPem);
-  await Deno.writeTextFile(`${dir}/kubernetes/pki/ca.key`, ca.keyPem, { mode: 0o600 });
-  // JSON is YAML: a kubeconfig for an API server that need not run, carrying the cluster CA.
-  await Deno.writeTextFile(
-    `${dir}/kubernetes/admin.conf`,
-    JSON.stringify({
-      apiVersion: "v1",
-      kind: "Config",
-      clusters: [{
-        name: "local",
-        cluster: {
-          server: "https://127.0.0.1:6443",
-          "certificate-authority-data": new TextEncoder().encode(ca.certPem).toBase64(),
-        },
-      }],
-      contexts: [{ name: "local", context: { cluster: "local" } }],
-      "current-context": "local",
-    }),
-  );
-}
 
 Deno.test("permissionFlags() expands a deno.json permission set into explicit flags", () => {
   const config = {
@@ -274,21 +222,11 @@ Deno.test("the built services run under exactly their permission sets", async (t
       const keyService = await startBuiltKeyService();
       try {
         await writeJoinServiceInputs(dir);
-        const joinService = await startService(JOIN_SERVICE_LAUNCHER, [
-          ...["--attestation-variant", "dummy", "--key-service-endpoint", `127.0.0.1:${keyService.port}`],
-          ...["--api-server-endpoint", "10.0.0.1:6443", "--kubeconfig", `${dir}/kubernetes/admin.conf`],
-          ...["--config-dir", `${dir}/config`, "--kubernetes-dir", `${dir}/kubernetes`],
-          ...[
-            "--port",
-            "0",
-            "--listen-address",
-            "127.0.0.1",
-            "--metrics-port",
-            "0",
-            "--metrics-address",
-            "127.0.0.1",
-          ],
-        ], { readyMatch: JOIN_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
+        const joinService = await startService(JOIN_SERVICE_LAUNCHER, joinServiceArgs(dir, keyService.port), {
+          readyMatch: JOIN_SERVICE_LISTENING,
+          env: LAUNCHER_ENV,
+          cwd: "/",
+        });
         try {
           // A challenge takes TLS (a certificate made at start), Connect, and the key service (its MAC key).
           const call = await runToExit("buf", [
