@@ -9,7 +9,7 @@
 import { Buffer } from "node:buffer";
 import { createPrivateKey, type KeyObject, X509Certificate } from "node:crypto";
 import { readSecretFile } from "../secrets/secret_file.ts";
-import * as x509 from "./x509.ts";
+import { decodePemBlocks, type PemBlock } from "./pem.ts";
 
 /** Options for {@linkcode readTlsKeyPair}. */
 export interface ReadTlsKeyPairOptions {
@@ -124,9 +124,9 @@ function parsePrivateKey(pem: string, label: string): KeyObject {
   return key;
 }
 
-function pemBlocks(pem: string): ReturnType<typeof x509.PemConverter.decodeWithHeaders> {
+function pemBlocks(pem: string): PemBlock[] {
   try {
-    return x509.PemConverter.decodeWithHeaders(pem);
+    return decodePemBlocks(pem);
   } catch {
     return [];
   }
