@@ -405,15 +405,25 @@ export async function kubeletCredentials(
       ...(names.length > 0
         ? [derSequence(
           derOid(OID_EXTENSION_REQUEST),
-          derElement(DerTag.set, derSequence(derExtension(OID_SUBJECT_ALT_NAME, false, derSequence(...names)))),
+          derElement(
+            DerTag.set,
+            derSequence(derExtension(OID_SUBJECT_ALT_NAME, false, derSequence(...names))),
+          ),
         )]
         : []),
     ),
   );
   const signature = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, keys.privateKey, info);
-  const csr = derSequence(info, ECDSA_WITH_SHA256, derBitString(derEcdsaSignature(new Uint8Array(signature))));
+  const csr = derSequence(
+    info,
+    ECDSA_WITH_SHA256,
+    derBitString(derEcdsaSignature(new Uint8Array(signature))),
+  );
   return {
-    keyPem: encodePem(sec1PrivateKey(new Uint8Array(await crypto.subtle.exportKey("pkcs8", keys.privateKey))), PEM_EC_PRIVATE_KEY),
+    keyPem: encodePem(
+      sec1PrivateKey(new Uint8Array(await crypto.subtle.exportKey("pkcs8", keys.privateKey))),
+      PEM_EC_PRIVATE_KEY,
+    ),
     csr,
   };
 }
@@ -429,7 +439,10 @@ const UTF8_STRING = 0x0c;
 
 /** A RelativeDistinguishedName of one attribute, a UTF8String. */
 function rdn(oid: string, value: string): Uint8Array {
-  return derElement(DerTag.set, derSequence(derOid(oid), derElement(UTF8_STRING, new TextEncoder().encode(value))));
+  return derElement(
+    DerTag.set,
+    derSequence(derOid(oid), derElement(UTF8_STRING, new TextEncoder().encode(value))),
+  );
 }
 
 /**

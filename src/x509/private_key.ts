@@ -172,7 +172,10 @@ function privateKeyInfo(block: PemBlock, source: string): Pkcs8Key {
       case PEM_EC_PRIVATE_KEY: {
         // ECPrivateKey ::= SEQUENCE { version INTEGER, privateKey OCTET STRING,
         //   parameters [0] ECParameters OPTIONAL, publicKey [1] BIT STRING OPTIONAL }
-        const [version, privateKey, ...optional] = derNodes(readDer(der, what, DerTag.sequence).content, what);
+        const [version, privateKey, ...optional] = derNodes(
+          readDer(der, what, DerTag.sequence).content,
+          what,
+        );
         expect(version, DerTag.integer, what);
         expect(privateKey, DerTag.octetString, what);
         const [parameters, publicKey] = contextFields(optional, [0xa0, 0xa1], what);

@@ -95,8 +95,16 @@ export async function createSelfSignedCertificate(
     new Uint8Array(await crypto.subtle.exportKey("spki", keys.publicKey)),
     derElement(derContextTag(3, true), derSequence(...extensions)),
   );
-  const signature = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, keys.privateKey, tbsCertificate);
-  const cert = derSequence(tbsCertificate, ECDSA_WITH_SHA256, derBitString(derEcdsaSignature(new Uint8Array(signature))));
+  const signature = await crypto.subtle.sign(
+    { name: "ECDSA", hash: "SHA-256" },
+    keys.privateKey,
+    tbsCertificate,
+  );
+  const cert = derSequence(
+    tbsCertificate,
+    ECDSA_WITH_SHA256,
+    derBitString(derEcdsaSignature(new Uint8Array(signature))),
+  );
   const key = encodePem(await crypto.subtle.exportKey("pkcs8", keys.privateKey), "PRIVATE KEY");
   return { cert: encodePem(cert, "CERTIFICATE"), key };
 }
