@@ -1,6 +1,7 @@
 /**
  * Builds every component into `dist/` with its permission set baked in
- * (`deno task build`, permission set `build`).
+ * (`deno task build`, permission set `build`); `scripts/build.ts <name>…`
+ * builds only the components named (`deno task console` builds the console).
  *
  * A component's permissions are its deno.json permission set, expanded into
  * explicit `--allow-*` flags, so one definition serves `deno run -P`, the
@@ -21,6 +22,10 @@
  *   pinned Deno beside `dist/` (`node_modules/deno/deno`, from `npm ci`).
  *   With none, it says what to install or set and exits 127.
  *
+ * Files an artifact reads beside its bundle are built with it: the console's
+ * web page, into `dist/console-web/` (see `src/console/page.ts`); with
+ * `DENORT_BIN` they are embedded into the executable too (`--include`).
+ *
  * Every artifact is written to a temporary name and renamed into place, so
  * a build never leaves (or lets a running launcher read) a half-written
  * file, and two builds at once (e.g. two test files) do not disturb each
@@ -30,6 +35,8 @@
  *
  * @module
  */
+import { buildConsole } from "../src/console/build.ts";
+import { CONSOLE_FILES, PAGE_DIR_NAME } from "../src/console/page.ts";
 import { JOIN_SERVICE_DENO_FLAGS } from "../src/joinservice/runtime.ts";
 
 /** A component to build. */
@@ -42,6 +49,22 @@ export interface Component {
   permissionSet: string;
   /** Runtime flags besides its permissions (e.g. `--v8-flags=…`). */
   runtimeFlags?: readonly string[];
+  /** Files the artifact reads beside its bundle, built with it (the console's page). */
+  beside?: BesideFiles;
+}
+
+/**
+ * Files built into `dist/<dir>/` beside an artifact's bundle, which finds
+ * them next to itself: built once, by the build, so the artifact needs no
+ * bundler or source tree at run time.
+ */
+export interface BesideFiles {
+  /** The directory's name in dist/. */
+  dir: string;
+  /** The files `build` writes, relative to the directory. */
+  files: readonly string[];
+  /** Writes the files into an (absolute) directory. */
+  build(dir: string): Promise<void>;
 }
 
 /** Every component, built in this order. */
@@ -56,6 +79,12 @@ export const COMPONENTS: readonly Component[] = [
   { name: "bootstrapper", entry: "src/bootstrapper/main.ts", permissionSet: "bootstrapper" },
   { name: "local-api", entry: "src/localapi/main.ts", permissionSet: "local-api" },
   { name: "cli", entry: "src/cli/main.ts", permissionSet: "cli" },
+  {
+    name: "console",
+    entry: "src/console/main.ts",
+    permissionSet: "console",
+    beside: { dir: PAGE_DIR_NAME, files: CONSOLE_FILES, build: buildConsole },
+  },
 ];
 
 /** A deno.json permission value: all, none, a list, or allow/deny/ignore lists. */
@@ -231,6 +260,44 @@ export function artifactFlags(config: unknown, component: Component): string[] {
   return [...permissionFlags(config, component.permissionSet), ...component.runtimeFlags ?? []];
 }
 
+/**
+ * Builds `beside` into a directory of this build's own (`staging`), then
+ * renames each file into `root`/dist/<dir>/: one rename per file, as a
+ * directory cannot be renamed over a full one; each file is replaced whole.
+ */
+async function buildBeside(root: string, beside: BesideFiles, staging: string): Promise<string> {
+  const dir = `${root}/dist/${beside.dir}`;
+  let size = 0;
+  try {
+    try {
+      await beside.build(staging);
+    } catch (err) {
+      throw new BuildError(`dist/${beside.dir}/: ${(err as Error).message}`);
+    }
+    await Deno.mkdir(dir, { recursive: true });
+    for (const file of beside.files) {
+      size += (await Deno.stat(`${staging}/${file}`)).size;
+      await Deno.rename(`${staging}/${file}`, `${dir}/${file}`);
+    }
+  } finally {
+    await Deno.remove(staging, { recursive: true }).catch(() => {});
+  }
+  return `dist/${beside.dir}/ (${formatSize(size)}: ${beside.files.join(", ")})`;
+}
+
+/**
+ * Removes a directory where an artifact's file goes: an older layout's (the
+ * console's page was built into dist/console/, now the launcher's name),
+ * which would keep the artifact from being renamed into place.
+ */
+async function removeDirectoryInPlaceOf(path: string): Promise<void> {
+  try {
+    if ((await Deno.lstat(path)).isDirectory) await Deno.remove(path, { recursive: true });
+  } catch (err) {
+    if (!(err instanceof Deno.errors.NotFound)) throw err;
+  }
+}
+
 /** Builds `component` into `root`/dist; returns what was built, one line per artifact. */
 export async function buildComponent(
   root: string,
@@ -249,21 +316,37 @@ export async function buildComponent(
     `${root}/${out}.js`,
     () => run("esbuild", [component.entry, ...ESBUILD_FLAGS, `--outfile=${bundle}`], root),
   );
+  const beside = component.beside;
+  const built = beside ? [await buildBeside(root, beside, temporary(`dist/${beside.dir}`))] : [];
+  await removeDirectoryInPlaceOf(`${root}/${out}`);
   if (Deno.env.get("DENORT_BIN")) {
-    // Compiling the bundle, not the entry, embeds one file instead of all of node_modules.
+    // Compiling the bundle, not the entry, embeds one file instead of all of node_modules. The files
+    // beside it are embedded too (--include), where the compiled bundle's import.meta.url finds them.
     const binary = temporary(out);
+    const include = beside ? ["--include", `dist/${beside.dir}`] : [];
     await moveIntoPlace(
       binary,
       `${root}/${out}`,
       () =>
         run(
           "deno",
-          ["compile", "--quiet", "--no-config", "--no-prompt", ...flags, "-o", binary, `${out}.js`],
+          [
+            "compile",
+            "--quiet",
+            "--no-config",
+            "--no-prompt",
+            ...flags,
+            ...include,
+            "-o",
+            binary,
+            `${out}.js`,
+          ],
           root,
         ),
     );
     await Deno.remove(`${root}/${out}.js`);
     return [
+      ...built,
       `${out} (${formatSize((await Deno.stat(`${root}/${out}`)).size)}, deno compile: ${flags.join(" ")})`,
     ];
   }
@@ -274,6 +357,7 @@ export async function buildComponent(
   });
   return [
     `${out}.js (${formatSize((await Deno.stat(`${root}/${out}.js`)).size)}, esbuild)`,
+    ...built,
     `${out} (launcher: ${flags.join(" ")})`,
   ];
 }
@@ -293,15 +377,27 @@ async function readProject(root: string): Promise<Project> {
   return { config, denoVersion };
 }
 
+/** The components `names` name (all without names); undefined for a name that is none. */
+function selectComponents(names: string[]): readonly Component[] | undefined {
+  if (names.length === 0) return COMPONENTS;
+  const selected = COMPONENTS.filter((component) => names.includes(component.name));
+  return selected.length === new Set(names).size ? selected : undefined;
+}
+
 async function main(args: string[]): Promise<number> {
-  if (args.length > 0) {
-    console.error(`build: unexpected arguments ${args.join(" ")}: the build takes none`);
+  const components = selectComponents(args);
+  if (components === undefined) {
+    console.error(
+      `build: unknown component in ${args.join(" ")}: want none (all) or some of ${
+        COMPONENTS.map((component) => component.name).join(", ")
+      }`,
+    );
     return 2;
   }
   const root = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(/\/$/, "");
   try {
     const project = await readProject(root);
-    for (const component of COMPONENTS) {
+    for (const component of components) {
       for (const line of await buildComponent(root, project, component)) console.log(`built ${line}`);
     }
     return 0;

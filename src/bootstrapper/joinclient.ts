@@ -30,16 +30,25 @@
  *
  * @module
  */
-import { AsnConvert } from "@peculiar/asn1-schema";
-import { ECParameters, ECPrivateKey, id_secp256r1 } from "@peculiar/asn1-ecc";
-import { PrivateKeyInfo } from "@peculiar/asn1-pkcs8";
 import type { IssueJoinTicketResponse } from "../gen/join/join_pb.ts";
 import { k8sCompliantHostname } from "../kubernetes/nodename.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
-import { encodePem } from "../x509/pem.ts";
-import { PEM_EC_PRIVATE_KEY } from "../x509/private_key.ts";
-import * as x509 from "../x509/x509.ts";
+import { parseIp } from "../net/ip.ts";
+import {
+  derBitString,
+  derContextTag,
+  derEcdsaSignature,
+  derElement,
+  derExtension,
+  derNodes,
+  derOid,
+  derSequence,
+  DerTag,
+  derUnsignedInteger,
+  readDer,
+} from "../x509/der.ts";
+import { encodePem, PEM_EC_PRIVATE_KEY } from "../x509/pem.ts";
 import type { JoinTicketRequest, TicketCallOptions } from "./join_ticket_source.ts";
 import { errorFields, retryUntilDone, systemTimers, type Timers, withDeadline } from "./retry.ts";
 import { joinHostPort } from "../net/endpoint.ts";
@@ -367,7 +376,11 @@ export interface KubeletCredentials {
   csr: Uint8Array<ArrayBuffer>;
 }
 
-/** Generates a P-256 kubelet key and its CSR for `nodeName` (already normalized) with IP SANs `ips`. */
+/**
+ * Generates a P-256 kubelet key and its CSR for `nodeName` (already
+ * normalized) with IP SANs `ips`. Both are built as DER (no certificate
+ * library: the bootstrapper starts faster without one).
+ */
 export async function kubeletCredentials(
   nodeName: string,
   ips: readonly string[],
@@ -376,20 +389,85 @@ export async function kubeletCredentials(
     "sign",
     "verify",
   ]);
-  const csr = await x509.Pkcs10CertificateRequestGenerator.create({
-    name: [{ O: ["system:nodes"] }, { CN: [`system:node:${nodeName}`] }],
-    keys,
-    signingAlgorithm: { name: "ECDSA", hash: "SHA-256" },
-    extensions: ips.length > 0
-      ? [new x509.SubjectAlternativeNameExtension(ips.map((value) => ({ type: "ip" as const, value })))]
-      : [],
+  const names = ips.map((text) => {
+    const address = parseIp(text);
+    if (!address) throw new TypeError(`not an IP address: ${JSON.stringify(text)}`);
+    return derElement(derContextTag(7, false), address); // GeneralName iPAddress [7]
   });
-  // WebCrypto exports PKCS#8; the kubelet key file is SEC1 with the curve named, as the original wrote it.
-  const info = AsnConvert.parse(await crypto.subtle.exportKey("pkcs8", keys.privateKey), PrivateKeyInfo);
-  const ec = AsnConvert.parse(info.privateKey.buffer, ECPrivateKey);
-  ec.parameters = new ECParameters({ namedCurve: id_secp256r1 });
+  // PKCS#10 (RFC 2986): CertificationRequestInfo ::= SEQUENCE { version 0, subject, subjectPKInfo,
+  // attributes [0] }, the SANs in an extensionRequest attribute.
+  const info = derSequence(
+    derUnsignedInteger(Uint8Array.of(0)),
+    derSequence(rdn(OID_ORGANIZATION, "system:nodes"), rdn(OID_COMMON_NAME, `system:node:${nodeName}`)),
+    new Uint8Array(await crypto.subtle.exportKey("spki", keys.publicKey)),
+    derElement(
+      derContextTag(0, true),
+      ...(names.length > 0
+        ? [derSequence(
+          derOid(OID_EXTENSION_REQUEST),
+          derElement(
+            DerTag.set,
+            derSequence(derExtension(OID_SUBJECT_ALT_NAME, false, derSequence(...names))),
+          ),
+        )]
+        : []),
+    ),
+  );
+  const signature = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, keys.privateKey, info);
+  const csr = derSequence(
+    info,
+    ECDSA_WITH_SHA256,
+    derBitString(derEcdsaSignature(new Uint8Array(signature))),
+  );
   return {
-    keyPem: encodePem(AsnConvert.serialize(ec), PEM_EC_PRIVATE_KEY),
-    csr: new Uint8Array(csr.rawData),
+    keyPem: encodePem(
+      sec1PrivateKey(new Uint8Array(await crypto.subtle.exportKey("pkcs8", keys.privateKey))),
+      PEM_EC_PRIVATE_KEY,
+    ),
+    csr,
   };
+}
+
+const OID_ORGANIZATION = "2.5.4.10";
+const OID_COMMON_NAME = "2.5.4.3";
+const OID_EXTENSION_REQUEST = "1.2.840.113549.1.9.14";
+const OID_SUBJECT_ALT_NAME = "2.5.29.17";
+const OID_PRIME256V1 = "1.2.840.10045.3.1.7";
+const ECDSA_WITH_SHA256 = derSequence(derOid("1.2.840.10045.4.3.2"));
+/** UTF8String. */
+const UTF8_STRING = 0x0c;
+
+/** A RelativeDistinguishedName of one attribute, a UTF8String. */
+function rdn(oid: string, value: string): Uint8Array {
+  return derElement(
+    DerTag.set,
+    derSequence(derOid(oid), derElement(UTF8_STRING, new TextEncoder().encode(value))),
+  );
+}
+
+/**
+ * The SEC1 ECPrivateKey of a P-256 PKCS#8 key, with its curve named
+ * (`parameters [0]`), as the original wrote the kubelet key: WebCrypto
+ * exports PKCS#8, whose ECPrivateKey leaves the curve to the algorithm.
+ */
+function sec1PrivateKey(pkcs8: Uint8Array<ArrayBuffer>): Uint8Array<ArrayBuffer> {
+  const what = "PKCS#8 key";
+  try {
+    // PrivateKeyInfo ::= SEQUENCE { version, privateKeyAlgorithm, privateKey OCTET STRING, ... }
+    const [, , privateKey] = derNodes(readDer(pkcs8, what, DerTag.sequence).content, what);
+    // ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, parameters [0] OPTIONAL, publicKey [1] OPTIONAL }
+    const [version, key, ...optional] = derNodes(
+      readDer(readDer(privateKey.encoded, what, DerTag.octetString).content, what, DerTag.sequence).content,
+      what,
+    );
+    const parameters = derElement(derContextTag(0, true), derOid(OID_PRIME256V1));
+    return derSequence(
+      version.encoded,
+      key.encoded,
+      parameters,
+      ...optional.filter((node) => node.tag !== derContextTag(0, true)).map((node) => node.encoded),
+    );
+  } finally {
+    pkcs8.fill(0);
+  }
 }

@@ -103,6 +103,8 @@ export class LuksStateDisk {
   readonly #options: LuksStateDiskOptions;
   readonly #binary: string;
   #queue: Promise<unknown> = Promise.resolve();
+  /** The UUID, once read. */
+  #uuid: string | undefined;
 
   /** A state disk at `options.device` (not touched until the first call). */
   constructor(options: LuksStateDiskOptions) {
@@ -111,11 +113,15 @@ export class LuksStateDisk {
   }
 
   /**
-   * The LUKS UUID, lower-case (the key service derives the disk key from `key-<uuid>`).
+   * The LUKS UUID, lower-case (the key service derives the disk key from `key-<uuid>`), read from
+   * the disk once and then remembered.
    *
    * @throws {StateDiskError}
    */
   uuid(options: StateDiskCallOptions = {}): Promise<string> {
+    // Read once: the join client reads it at start, Init and the rejoin need it again, and nothing here
+    // changes a disk's UUID; each cryptsetup run costs a process start.
+    if (this.#uuid !== undefined) return Promise.resolve(this.#uuid);
     return this.#serialized(async () => {
       const output = await this.#cryptsetup(["luksUUID", ...this.#target()], {}, options);
       if (!output.success) throw await this.#failure("reading the LUKS UUID", output, options);
@@ -123,7 +129,7 @@ export class LuksStateDisk {
       if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(uuid)) {
         throw new StateDiskError("cryptsetup-failed", `${this.#name()}: cryptsetup printed no UUID`);
       }
-      return uuid;
+      return this.#uuid = uuid;
     });
   }
 

@@ -1,18 +1,16 @@
 /**
- * Builds the browser console's static files into a directory (by default
- * `dist/console/`): the page's TypeScript (`src/console/web/app.ts` and
- * everything it imports, among them the attestation validators and the
- * verification report the CLI uses) bundled by esbuild for browsers, the
- * page and its stylesheet copied beside it.
+ * Builds the browser console's page into a directory (`deno task build`
+ * writes it beside the console's bundle, see `page.ts`): the page's
+ * TypeScript (`src/console/web/app.ts` and everything it imports, among them
+ * the attestation validators and the verification report the CLI uses)
+ * bundled by esbuild for browsers, the page and its stylesheet copied beside
+ * it.
  *
  * esbuild comes from package.json like every other dependency
  * (`node_modules/.bin/esbuild`); nothing is downloaded.
  *
  * @module
  */
-
-/** The files of a built console, relative to its directory. */
-export const CONSOLE_FILES = ["index.html", "style.css", "app.js", "app.js.map"] as const;
 
 /** The project's checkout, with a trailing slash (src/console/ is two levels down). */
 const REPO_ROOT = decodeURIComponent(new URL("../../", import.meta.url).pathname);
@@ -44,12 +42,10 @@ export class ConsoleBuildError extends Error {
 }
 
 /**
- * Builds the console into `outDir` (absolute, or relative to the checkout;
- * default `dist/console`); resolves to its absolute path. Throws
- * {@linkcode ConsoleBuildError}.
+ * Builds the page (the files `page.ts` lists in `CONSOLE_FILES`) into `dir`, an
+ * absolute path; creates it if needed. Throws {@linkcode ConsoleBuildError}.
  */
-export async function buildConsole(outDir = "dist/console"): Promise<string> {
-  const dir = outDir.startsWith("/") ? outDir : `${REPO_ROOT}${outDir}`;
+export async function buildConsole(dir: string): Promise<void> {
   await Deno.mkdir(dir, { recursive: true });
   let output: Deno.CommandOutput;
   try {
@@ -73,5 +69,4 @@ export async function buildConsole(outDir = "dist/console"): Promise<string> {
   for (const file of ["index.html", "style.css"]) {
     await Deno.copyFile(`${REPO_ROOT}src/console/web/${file}`, `${dir}/${file}`);
   }
-  return dir;
 }

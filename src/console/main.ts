@@ -1,7 +1,7 @@
 /**
- * `deno task console`: the browser console. Builds the page into
- * `dist/console/` (esbuild, `build.ts`) and serves it on 127.0.0.1
- * (`server.ts`):
+ * The browser console, `dist/console` (`deno task build`; `deno task
+ * console` builds it and runs it): serves the page built beside it
+ * (`console-web/`, see `page.ts`) on 127.0.0.1 (`server.ts`):
  *
  * - the node attestation inspector: a node's evidence, fetched and verified
  *   in the browser with the validators and the verification report the CLI
@@ -15,8 +15,10 @@
  * must allow its origin (`--cors-allow-origin http://127.0.0.1:<port>`, which
  * the local cluster sets for the default port).
  *
- * Permissions: the `console` permission set of deno.json (read the checkout,
- * `.dev/` and `/tmp`; write `dist/console`; run esbuild; listen on loopback).
+ * Permissions: the `console` permission set of deno.json: read any file but
+ * those under /proc, /sys and /dev (its page, wherever the artifact lies, and
+ * the local cluster's state directory it is given); listen on loopback;
+ * nothing else (it writes no file and runs no program).
  *
  * @module
  */
@@ -24,7 +26,7 @@ import { isIP } from "node:net";
 import { resolve } from "node:path";
 import { commandLine, parseFlags, parsePort, UsageError } from "../flags/flags.ts";
 import { DEFAULT_CONSOLE_PORT } from "./address.ts";
-import { buildConsole, ConsoleBuildError } from "./build.ts";
+import { pageDirBeside } from "./page.ts";
 import { serveConsole } from "./server.ts";
 
 /** The console's settings. */
@@ -36,6 +38,9 @@ export interface ConsoleFlags {
   /** A local cluster's state directory, when pointed at one. */
   localCluster?: string;
 }
+
+/** The console's "listening" line (tests and scripts wait for it); its first group is the port. */
+export const CONSOLE_LISTENING = /"msg":"listening".*"port":(\d+)/;
 
 /** Usage text for `--help`. */
 export const CONSOLE_USAGE = `Usage: console [flags]
@@ -89,12 +94,12 @@ export async function main(args: string[]): Promise<number> {
   const flags = commandLine(args, { component: "console", usage: CONSOLE_USAGE, parse: parseConsoleFlags });
   if (typeof flags === "number") return flags;
   const print = (line: string) => console.error(line);
-  let dir: string;
-  try {
-    dir = await buildConsole();
-  } catch (error) {
-    if (!(error instanceof ConsoleBuildError)) throw error;
-    print(`console: ${error.message}`);
+  const dir = pageDirBeside(import.meta.url);
+  // Said at start, not as a 404 in the browser: run from source, nothing is built beside this module.
+  if (!await isFile(`${dir}/index.html`)) {
+    print(
+      `console: no page in ${dir}/: run the built console (deno task build, then dist/console; deno task console does both)`,
+    );
     return 1;
   }
   const server = await serveConsole({
@@ -122,6 +127,15 @@ export async function main(args: string[]): Promise<number> {
   Deno.removeSignalListener("SIGTERM", onSignal);
   await server.close();
   return 0;
+}
+
+async function isFile(path: string): Promise<boolean> {
+  try {
+    return (await Deno.stat(path)).isFile;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return false;
+    throw error;
+  }
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -20,7 +20,7 @@ import { reject } from "./rejections.ts";
  */
 export async function discoveryTokenCaCertHash(caPem: string, source = "ca.crt"): Promise<string> {
   const certificate = parseCaCertificate(caPem, source);
-  const digest = await crypto.subtle.digest("SHA-256", certificate.publicKey.rawData);
+  const digest = await crypto.subtle.digest("SHA-256", certificate.subjectPublicKeyInfo);
   return `sha256:${new Uint8Array(digest).toHex()}`;
 }
 

@@ -15,18 +15,18 @@
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
-import * as x509 from "../x509/x509.ts";
+import { type Certificate, readCertificate, subjectKeyIdentifier } from "../x509/certificate.ts";
 import {
   DER_NULL,
-  DER_TRUE,
   derBitString,
   derContextTag,
+  derEcdsaSignature,
   derElement,
   DerError,
+  derExtension,
   type DerNode,
   derNodes,
   derNonNegativeInteger,
-  derOctetString,
   derOid,
   derOidString,
   derSequence,
@@ -82,7 +82,7 @@ export class KubeletCaError extends ReasonError<KubeletCaFailure> {}
 /** A loaded cluster CA, ready to sign. */
 export interface KubeletCa {
   /** The CA certificate (first certificate of `ca.crt`). */
-  readonly certificate: x509.X509Certificate;
+  readonly certificate: Certificate;
   /** The CA private key, non-extractable. */
   readonly privateKey: CryptoKey;
   /** The signature algorithm for certificates this CA issues (SHA-256 for P-256 and RSA). */
@@ -178,7 +178,7 @@ const caKeyFailures: Record<PrivateKeyError["reason"], KubeletCaFailure> = {
  * The first `CERTIFICATE` block of a PEM text, parsed. `source` names the
  * input in errors. Throws {@linkcode KubeletCaError}.
  */
-export function parseCaCertificate(pem: string, source: string): x509.X509Certificate {
+export function parseCaCertificate(pem: string, source: string): Certificate {
   let blocks;
   try {
     blocks = decodePem(pem, source);
@@ -196,7 +196,7 @@ export function parseCaCertificate(pem: string, source: string): x509.X509Certif
     );
   }
   try {
-    return new x509.X509Certificate(block.rawData);
+    return readCertificate(block.rawData);
   } catch {
     throw new KubeletCaError(
       "ca-certificate-invalid",
@@ -291,7 +291,7 @@ async function issueKubeletCertificate(request: KubeletRequest, ca: KubeletCa, n
     ...KUBELET_EXTENSIONS,
     ...(issued.authorityKeyIdentifier ? [issued.authorityKeyIdentifier] : []),
     ...(request.ipAddresses.length > 0
-      ? [extension(OID_SUBJECT_ALT_NAME, false, ipAddressNames(request.ipAddresses))]
+      ? [derExtension(OID_SUBJECT_ALT_NAME, false, ipAddressNames(request.ipAddresses))]
       : []),
   ];
   const tbsCertificate = derSequence(
@@ -310,7 +310,7 @@ async function issueKubeletCertificate(request: KubeletRequest, ca: KubeletCa, n
   const signature = new Uint8Array(
     await crypto.subtle.sign(ca.signingAlgorithm, ca.privateKey, tbsCertificate),
   );
-  const signatureValue = ca.signingAlgorithm.name === "ECDSA" ? ecdsaSignatureDer(signature) : signature;
+  const signatureValue = ca.signingAlgorithm.name === "ECDSA" ? derEcdsaSignature(signature) : signature;
   return encodePem(
     derSequence(tbsCertificate, issued.signatureAlgorithm, derBitString(signatureValue)),
     "CERTIFICATE",
@@ -697,12 +697,6 @@ function ecdsaSignatureP1363(der: Uint8Array, scalarLength: number): Uint8Array<
   return out;
 }
 
-/** A WebCrypto ECDSA signature (P1363: r ‖ s) as X.509 carries it: DER `SEQUENCE { r, s }`. */
-function ecdsaSignatureDer(p1363: Uint8Array): Uint8Array<ArrayBuffer> {
-  const half = p1363.length / 2;
-  return derSequence(derUnsignedInteger(p1363.subarray(0, half)), derUnsignedInteger(p1363.subarray(half)));
-}
-
 function nodeNameOf(commonName: string): string {
   try {
     return nodeNameFromCommonName(commonName);
@@ -872,16 +866,11 @@ const DIGITAL_SIGNATURE_ONLY = derElement(0x03, Uint8Array.of(7, 0x80));
 /** Random bytes of a serial number: 128 bits, encoded as a positive INTEGER. */
 const SERIAL_NUMBER_BYTES = 16;
 
-/** An Extension: its OID, `critical` when it is (FALSE, the default, is left out), its DER value. */
-function extension(oid: string, critical: boolean, value: Uint8Array): Uint8Array {
-  return derSequence(derOid(oid), ...(critical ? [DER_TRUE] : []), derOctetString(value));
-}
-
 /** The extensions every kubelet certificate starts with: a client certificate, and not a CA. */
 const KUBELET_EXTENSIONS: readonly Uint8Array[] = [
-  extension(OID_KEY_USAGE, true, DIGITAL_SIGNATURE_ONLY),
-  extension(OID_EXTENDED_KEY_USAGE, false, derSequence(derOid(OID_CLIENT_AUTH))),
-  extension(OID_BASIC_CONSTRAINTS, true, derSequence()), // cA FALSE, the default, is left out
+  derExtension(OID_KEY_USAGE, true, DIGITAL_SIGNATURE_ONLY),
+  derExtension(OID_EXTENDED_KEY_USAGE, false, derSequence(derOid(OID_CLIENT_AUTH))),
+  derExtension(OID_BASIC_CONSTRAINTS, true, derSequence()), // cA FALSE, the default, is left out
 ];
 
 /** Signature AlgorithmIdentifiers by the CA key's WebCrypto algorithm (RFC 5758 for ECDSA, RFC 4055 for RSA). */
@@ -893,7 +882,7 @@ const signatureAlgorithmIdentifiers: Record<string, Uint8Array> = {
 
 /** What certificates issued by the CA `certificate`, signing with `signingAlgorithm`, carry of it. */
 function issuerFields(
-  certificate: x509.X509Certificate,
+  certificate: Certificate,
   signingAlgorithm: EcdsaParams | Algorithm,
 ): IssuerFields {
   const hash = "hash" in signingAlgorithm ? ` ${signingAlgorithm.hash}` : "";
@@ -901,16 +890,16 @@ function issuerFields(
   if (!signatureAlgorithm) {
     throw new Error(`no signature algorithm identifier for ${signingAlgorithm.name}${hash}`);
   }
-  const keyId = certificate.getExtension(x509.SubjectKeyIdentifierExtension)?.keyId;
+  const keyId = subjectKeyIdentifier(certificate);
   return {
-    name: new Uint8Array(certificate.subjectName.toArrayBuffer()),
+    name: certificate.subject,
     signatureAlgorithm,
     // AuthorityKeyIdentifier ::= SEQUENCE { keyIdentifier [0] IMPLICIT OCTET STRING }
     authorityKeyIdentifier: keyId
-      ? extension(
+      ? derExtension(
         OID_AUTHORITY_KEY_IDENTIFIER,
         false,
-        derSequence(derElement(derContextTag(0, false), Uint8Array.fromHex(keyId))),
+        derSequence(derElement(derContextTag(0, false), keyId)),
       )
       : undefined,
   };

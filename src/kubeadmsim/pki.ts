@@ -95,7 +95,8 @@ export async function loadAuthority(certPem: string, keyPemText: string, source:
     certSource: `${source}.crt`,
     keySource: `${source}.key`,
   });
-  return { ...loaded, certPem };
+  // The simulator issues with @peculiar/x509; the CA is read without it (kubeletca.ts).
+  return { ...loaded, certificate: new x509.X509Certificate(loaded.certificate.der), certPem };
 }
 
 /** A leaf certificate for a fresh key, signed by `authority`. */

@@ -13,8 +13,8 @@
 import { ReasonError } from "../reason_error.ts";
 import { dirname, isAbsolute, join } from "node:path";
 import { parse, YAMLParseError } from "yaml";
-import { encodePem } from "../x509/pem.ts";
-import * as x509 from "../x509/x509.ts";
+import { readCertificate } from "../x509/certificate.ts";
+import { decodePemBlocks, encodePem } from "../x509/pem.ts";
 import type { ClientCertificate, ConnectionConfig } from "./connection.ts";
 import { fileTokenSource, type ReadTextFile, staticToken, type TokenSource } from "./token.ts";
 
@@ -303,10 +303,10 @@ export function selectDiscoveryCluster(config: Kubeconfig): string[] {
   const data = cluster["certificate-authority-data"];
   const pem = data ? decodeData(data, what) : "";
   const certificates: string[] = [];
-  for (const block of x509.PemConverter.decodeWithHeaders(pem)) {
+  for (const block of decodePemBlocks(pem)) {
     if (block.type !== "CERTIFICATE" || block.headers.length > 0) continue;
     try {
-      new x509.X509Certificate(block.rawData);
+      readCertificate(block.rawData);
     } catch (error) {
       throw new KubeconfigError(
         "malformed",

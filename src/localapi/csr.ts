@@ -10,7 +10,7 @@
  * @module
  */
 import { type KubeletCa, signKubeletCertificate } from "../joinservice/kubeletca.ts";
-import * as x509 from "../x509/x509.ts";
+import { decodePemBlocks } from "../x509/pem.ts";
 import { BOOTSTRAPPERS_GROUP, type Identity } from "./bootstrap.ts";
 
 import type { JsonObject as Json } from "./json.ts";
@@ -47,7 +47,7 @@ export async function approveAndSign(csr: Json, requester: Identity, ca: Kubelet
   let der: Uint8Array;
   try {
     const pem = new TextDecoder().decode(Uint8Array.fromBase64(spec.request));
-    der = new Uint8Array(x509.PemConverter.decode(pem)[0] ?? new ArrayBuffer(0));
+    der = new Uint8Array(decodePemBlocks(pem)[0]?.rawData ?? new ArrayBuffer(0));
   } catch {
     der = new Uint8Array(0);
   }

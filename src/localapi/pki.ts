@@ -8,14 +8,14 @@
  * @module
  */
 import { type KubeletCa, parseKubeletCa } from "../joinservice/kubeletca.ts";
-import type * as x509 from "../x509/x509.ts";
+import type { Certificate } from "../x509/certificate.ts";
 
 /** A certificate authority as PEM and as parsed objects. */
 export interface CertificateAuthority {
   /** The CA certificate. */
-  cert: x509.X509Certificate;
-  /** Its key pair (the private key is not extractable when loaded from a file). */
-  keys: CryptoKeyPair;
+  cert: Certificate;
+  /** Its private key, not extractable. */
+  privateKey: CryptoKey;
   /** PEM `CERTIFICATE`. */
   certPem: string;
   /** PEM private key, as read. */
@@ -57,10 +57,9 @@ export async function loadClusterPki(pkiDir: string): Promise<ClusterPki | undef
     return undefined;
   }
   const { certificate, privateKey } = loaded;
-  const publicKey = await certificate.publicKey.export();
   return {
     signer: loaded,
-    ca: { cert: certificate, keys: { privateKey, publicKey }, certPem: caPem, keyPem: caKeyPem },
+    ca: { cert: certificate, privateKey, certPem: caPem, keyPem: caKeyPem },
     serverChainPem: serverPem.trimEnd() + "\n" + caPem,
     serverKeyPem,
   };

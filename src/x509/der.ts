@@ -1,34 +1,19 @@
 /**
- * DER: strict parsing into `@peculiar/asn1-schema` classes; a small reader
- * of elements, for input read on every request (a kubelet CSR: the schema
- * library allocates a hundred times its size to parse one); and the few
- * encoders the kubelet certificate signer needs (`src/joinservice/kubeletca.ts`).
+ * DER: a small reader of elements, for input read on every request (a
+ * kubelet CSR: the schema library allocates a hundred times its size to
+ * parse one) and at start (`certificate.ts`); and the few encoders the
+ * certificates and requests the services make need
+ * (`src/joinservice/kubeletca.ts`, `selfsigned.ts`, the kubelet CSR). No
+ * schema library: evaluating one costs a process's start.
  *
  * @module
  */
-import { AsnConvert } from "@peculiar/asn1-schema";
-
 /** The bytes are not exactly one DER element of the expected ASN.1 type. */
 export class DerError extends Error {
   /** A DER parse failure of `what` (e.g. "EC PRIVATE KEY"): the message is "malformed <what>". */
   constructor(what: string) {
     super(`malformed ${what}`);
     this.name = "DerError";
-  }
-}
-
-/**
- * Parses DER into an ASN.1 schema class, requiring that the encoding spans
- * the whole input (the ASN.1 library ignores trailing bytes; Go rejects
- * them). `what` names the input in the error. Throws {@linkcode DerError}.
- */
-export function parseDer<T>(data: ArrayBuffer | Uint8Array, schema: new () => T, what: string): T {
-  const bytes = new Uint8Array(data);
-  if (derLength(bytes) !== bytes.length) throw new DerError(what);
-  try {
-    return AsnConvert.parse(bytes, schema);
-  } catch {
-    throw new DerError(what);
   }
 }
 
@@ -239,4 +224,15 @@ export function derTime(date: Date): Uint8Array<ArrayBuffer> {
   const utc = year >= 1950 && year < 2050;
   const text = (utc ? two(year % 100) : String(year).padStart(4, "0")) + rest;
   return derElement(utc ? DerTag.utcTime : DerTag.generalizedTime, new TextEncoder().encode(text));
+}
+
+/** An Extension: its OID, `critical` when it is (FALSE, the default, is left out), its DER value. */
+export function derExtension(oid: string, critical: boolean, value: Uint8Array): Uint8Array<ArrayBuffer> {
+  return derSequence(derOid(oid), ...(critical ? [DER_TRUE] : []), derOctetString(value));
+}
+
+/** A WebCrypto ECDSA signature (P1363: r ‖ s) as X.509 carries it: DER `SEQUENCE { r, s }`. */
+export function derEcdsaSignature(p1363: Uint8Array): Uint8Array<ArrayBuffer> {
+  const half = p1363.length / 2;
+  return derSequence(derUnsignedInteger(p1363.subarray(0, half)), derUnsignedInteger(p1363.subarray(half)));
 }

@@ -4,26 +4,35 @@
  * imports only PKCS#8, so the others are rewrapped), and a check that a key
  * belongs to a certificate.
  *
- * Errors name the input and what is wrong with it, never key bytes.
+ * Errors name the input and what is wrong with it, never key bytes. Read
+ * with the small DER reader (`der.ts`), not a schema library: the join
+ * service imports its CA key at start.
  *
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
-import { AsnConvert } from "@peculiar/asn1-schema";
-import { ECParameters, ECPrivateKey, id_ecPublicKey, id_secp256r1, id_secp384r1 } from "@peculiar/asn1-ecc";
-import { id_rsaEncryption, RSAPrivateKey } from "@peculiar/asn1-rsa";
-import { PrivateKey, PrivateKeyInfo } from "@peculiar/asn1-pkcs8";
-import { AlgorithmIdentifier } from "@peculiar/asn1-x509";
-import { DerError, parseDer } from "./der.ts";
-import { decodePem, type PemBlock, PemError } from "./pem.ts";
-import type { X509Certificate } from "./x509.ts";
-
-/** PEM label of a SEC1 elliptic-curve key. */
-export const PEM_EC_PRIVATE_KEY = "EC PRIVATE KEY";
-/** PEM label of a PKCS#1 RSA key. */
-export const PEM_RSA_PRIVATE_KEY = "RSA PRIVATE KEY";
-/** PEM label of a PKCS#8 key. */
-export const PEM_PRIVATE_KEY = "PRIVATE KEY";
+import type { Certificate } from "./certificate.ts";
+import {
+  DER_NULL,
+  DerError,
+  type DerNode,
+  derNodes,
+  derOctetString,
+  derOid,
+  derOidString,
+  derSequence,
+  DerTag,
+  derUnsignedInteger,
+  readDer,
+} from "./der.ts";
+import {
+  decodePem,
+  PEM_EC_PRIVATE_KEY,
+  PEM_PRIVATE_KEY,
+  PEM_RSA_PRIVATE_KEY,
+  type PemBlock,
+  PemError,
+} from "./pem.ts";
 
 /** Why a private key was refused. */
 export type PrivateKeyFailure =
@@ -44,10 +53,13 @@ export interface SigningKey {
   verifyAlgorithm: EcKeyImportParams | RsaHashedImportParams;
 }
 
+const OID_EC_PUBLIC_KEY = "1.2.840.10045.2.1";
+const OID_RSA_ENCRYPTION = "1.2.840.113549.1.1.1";
+
 /** ECDSA curves WebCrypto signs with, by curve OID, with the hash Go's x509 pairs with each. */
 const ecCurves: Record<string, { namedCurve: string; hash: string }> = {
-  [id_secp256r1]: { namedCurve: "P-256", hash: "SHA-256" },
-  [id_secp384r1]: { namedCurve: "P-384", hash: "SHA-384" },
+  "1.2.840.10045.3.1.7": { namedCurve: "P-256", hash: "SHA-256" }, // secp256r1
+  "1.3.132.0.34": { namedCurve: "P-384", hash: "SHA-384" }, // secp384r1
 };
 
 /** Readable names of key algorithms that are refused. */
@@ -78,14 +90,14 @@ export async function importSigningKey(pem: string, source: string): Promise<Sig
     );
   }
   const pkcs8 = privateKeyInfo(block, source);
-  const algorithm = pkcs8.privateKeyAlgorithm.algorithm;
+  const { algorithm } = pkcs8;
   let verifyAlgorithm: EcKeyImportParams | RsaHashedImportParams;
   let signingAlgorithm: EcdsaParams | Algorithm;
-  if (algorithm === id_rsaEncryption) {
+  if (algorithm === OID_RSA_ENCRYPTION) {
     verifyAlgorithm = { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" };
     signingAlgorithm = { name: "RSASSA-PKCS1-v1_5" };
-  } else if (algorithm === id_ecPublicKey) {
-    const curveOid = namedCurveOf(pkcs8.privateKeyAlgorithm.parameters, source);
+  } else if (algorithm === OID_EC_PUBLIC_KEY) {
+    const curveOid = namedCurveOf(pkcs8.parameters, source);
     const curve = ecCurves[curveOid];
     if (!curve) throw new PrivateKeyError("unsupported", `${source}: unsupported elliptic curve ${curveOid}`);
     verifyAlgorithm = { name: "ECDSA", namedCurve: curve.namedCurve };
@@ -94,7 +106,7 @@ export async function importSigningKey(pem: string, source: string): Promise<Sig
     const name = keyAlgorithmNames[algorithm] ?? algorithm;
     throw new PrivateKeyError("unsupported", `${source}: unsupported private key algorithm ${name}`);
   }
-  const der = new Uint8Array(AsnConvert.serialize(pkcs8));
+  const der = pkcs8.der;
   try {
     const privateKey = await crypto.subtle.importKey("pkcs8", der, verifyAlgorithm, false, ["sign"]);
     return { privateKey, signingAlgorithm, verifyAlgorithm };
@@ -113,7 +125,7 @@ export async function importSigningKey(pem: string, source: string): Promise<Sig
  */
 export async function checkKeyMatchesCertificate(
   key: SigningKey,
-  certificate: X509Certificate,
+  certificate: Pick<Certificate, "subjectPublicKeyInfo">,
   sources: { cert: string; key: string },
 ): Promise<void> {
   const mismatch = () =>
@@ -122,7 +134,7 @@ export async function checkKeyMatchesCertificate(
   try {
     publicKey = await crypto.subtle.importKey(
       "spki",
-      new Uint8Array(certificate.publicKey.rawData),
+      certificate.subjectPublicKeyInfo,
       key.verifyAlgorithm,
       false,
       ["verify"],
@@ -141,49 +153,123 @@ export async function checkKeyMatchesCertificate(
   if (!await crypto.subtle.verify(key.signingAlgorithm, publicKey, signature, probe)) throw mismatch();
 }
 
-/** The PKCS#8 form of a SEC1, PKCS#1 or PKCS#8 key block. */
-function privateKeyInfo(block: PemBlock, source: string): PrivateKeyInfo {
-  switch (block.type) {
-    case PEM_EC_PRIVATE_KEY: {
-      const key = parseKeyDer(block.rawData, ECPrivateKey, block.type, source);
-      const namedCurve = key.parameters?.namedCurve;
-      if (!namedCurve) throw unnamedCurve(source);
-      return new PrivateKeyInfo({
-        privateKeyAlgorithm: new AlgorithmIdentifier({
-          algorithm: id_ecPublicKey,
-          parameters: AsnConvert.serialize(new ECParameters({ namedCurve })),
-        }),
-        privateKey: new PrivateKey(block.rawData),
-      });
+/** A key as PKCS#8, what WebCrypto imports: its DER, its algorithm's OID and the algorithm's parameters. */
+interface Pkcs8Key {
+  der: Uint8Array<ArrayBuffer>;
+  algorithm: string;
+  parameters: DerNode | undefined;
+}
+
+/**
+ * The PKCS#8 form of a SEC1, PKCS#1 or PKCS#8 key block, its structure
+ * checked (a malformed one is "invalid", naming the block's type).
+ */
+function privateKeyInfo(block: PemBlock, source: string): Pkcs8Key {
+  const der = new Uint8Array(block.rawData);
+  const what = block.type;
+  try {
+    switch (block.type) {
+      case PEM_EC_PRIVATE_KEY: {
+        // ECPrivateKey ::= SEQUENCE { version INTEGER, privateKey OCTET STRING,
+        //   parameters [0] ECParameters OPTIONAL, publicKey [1] BIT STRING OPTIONAL }
+        const [version, privateKey, ...optional] = derNodes(
+          readDer(der, what, DerTag.sequence).content,
+          what,
+        );
+        expect(version, DerTag.integer, what);
+        expect(privateKey, DerTag.octetString, what);
+        const [parameters, publicKey] = contextFields(optional, [0xa0, 0xa1], what);
+        if (publicKey) readDer(publicKey.content, what, DerTag.bitString);
+        const curve = parameters && readDer(parameters.content, what);
+        if (curve?.tag !== DerTag.oid) throw unnamedCurve(source);
+        return {
+          der: wrapPkcs8(derSequence(derOid(OID_EC_PUBLIC_KEY), curve.encoded), der),
+          algorithm: OID_EC_PUBLIC_KEY,
+          parameters: curve,
+        };
+      }
+      case PEM_RSA_PRIVATE_KEY: {
+        // RSAPrivateKey ::= SEQUENCE { version, modulus, publicExponent, privateExponent, prime1, prime2,
+        //   exponent1, exponent2, coefficient (INTEGERs), otherPrimeInfos OPTIONAL }
+        const fields = derNodes(readDer(der, what, DerTag.sequence).content, what);
+        if (fields.length < 9 || fields.length > 10) throw new DerError(what);
+        for (const field of fields.slice(0, 9)) expect(field, DerTag.integer, what);
+        if (fields.length === 10) expect(fields[9], DerTag.sequence, what);
+        return {
+          der: wrapPkcs8(derSequence(derOid(OID_RSA_ENCRYPTION), DER_NULL), der),
+          algorithm: OID_RSA_ENCRYPTION,
+          parameters: undefined,
+        };
+      }
+      case PEM_PRIVATE_KEY: {
+        // PrivateKeyInfo ::= SEQUENCE { version INTEGER, privateKeyAlgorithm AlgorithmIdentifier,
+        //   privateKey OCTET STRING, attributes [0] OPTIONAL, publicKey [1] OPTIONAL }
+        const [version, algorithm, privateKey, ...optional] = derNodes(
+          readDer(der, what, DerTag.sequence).content,
+          what,
+        );
+        expect(version, DerTag.integer, what);
+        expect(privateKey, DerTag.octetString, what);
+        contextFields(optional, [0xa0, 0x81, 0xa1], what);
+        const [oid, parameters, ...rest] = derNodes(expect(algorithm, DerTag.sequence, what).content, what);
+        if (rest.length > 0) throw new DerError(what);
+        return { der, algorithm: derOidString(expect(oid, DerTag.oid, what).content, what), parameters };
+      }
+      default:
+        throw new PrivateKeyError(
+          "unsupported",
+          `unsupported key type ${JSON.stringify(block.type)} in ${source} ` +
+            `(want "${PEM_EC_PRIVATE_KEY}", "${PEM_RSA_PRIVATE_KEY}" or "${PEM_PRIVATE_KEY}")`,
+        );
     }
-    case PEM_RSA_PRIVATE_KEY:
-      parseKeyDer(block.rawData, RSAPrivateKey, block.type, source);
-      return new PrivateKeyInfo({
-        privateKeyAlgorithm: new AlgorithmIdentifier({ algorithm: id_rsaEncryption, parameters: null }),
-        privateKey: new PrivateKey(block.rawData),
-      });
-    case PEM_PRIVATE_KEY:
-      return parseKeyDer(block.rawData, PrivateKeyInfo, block.type, source);
-    default:
-      throw new PrivateKeyError(
-        "unsupported",
-        `unsupported key type ${JSON.stringify(block.type)} in ${source} ` +
-          `(want "${PEM_EC_PRIVATE_KEY}", "${PEM_RSA_PRIVATE_KEY}" or "${PEM_PRIVATE_KEY}")`,
-      );
+  } catch (error) {
+    if (error instanceof DerError) throw new PrivateKeyError("invalid", `${source}: ${error.message}`);
+    throw error;
   }
 }
 
-function namedCurveOf(parameters: ArrayBuffer | null | undefined, source: string): string {
-  const namedCurve = parameters
-    ? parseKeyDer(parameters, ECParameters, "elliptic curve parameters", source).namedCurve
-    : undefined;
-  if (!namedCurve) throw unnamedCurve(source);
-  return namedCurve;
+/** A PKCS#8 PrivateKeyInfo: version 0, `algorithm` (an AlgorithmIdentifier, DER), the key's DER. */
+function wrapPkcs8(algorithm: Uint8Array, key: Uint8Array): Uint8Array<ArrayBuffer> {
+  return derSequence(derUnsignedInteger(Uint8Array.of(0)), algorithm, derOctetString(key));
 }
 
-function parseKeyDer<T>(data: ArrayBuffer, schema: new () => T, what: string, source: string): T {
+/**
+ * The optional context-tagged fields ending a SEQUENCE, in the order of
+ * `tags` (each at most once, in that order); throws {@linkcode DerError} on
+ * anything else.
+ */
+function contextFields(nodes: DerNode[], tags: number[], what: string): (DerNode | undefined)[] {
+  const fields: (DerNode | undefined)[] = tags.map(() => undefined);
+  let next = 0;
+  for (const node of nodes) {
+    const index = tags.indexOf(node.tag, next);
+    if (index < 0) throw new DerError(what);
+    fields[index] = node;
+    next = index + 1;
+  }
+  return fields;
+}
+
+/** `node`, when it has tag `tag`; throws {@linkcode DerError} naming `what` otherwise. */
+function expect(node: DerNode | undefined, tag: number, what: string): DerNode {
+  if (node?.tag !== tag) throw new DerError(what);
+  return node;
+}
+
+/**
+ * The curve OID of EC parameters (`ECParameters ::= CHOICE { namedCurve
+ * OID, implicitCurve NULL, specifiedCurve SEQUENCE }`): only a named curve
+ * is supported.
+ */
+function namedCurveOf(parameters: DerNode | undefined, source: string): string {
+  if (parameters?.tag !== DerTag.oid) {
+    if (parameters === undefined || parameters.tag === DerTag.null || parameters.tag === DerTag.sequence) {
+      throw unnamedCurve(source);
+    }
+    throw new PrivateKeyError("invalid", `${source}: ${new DerError("elliptic curve parameters").message}`);
+  }
   try {
-    return parseDer(data, schema, what);
+    return derOidString(parameters.content, "elliptic curve parameters");
   } catch (error) {
     if (error instanceof DerError) throw new PrivateKeyError("invalid", `${source}: ${error.message}`);
     throw error;

@@ -3,10 +3,27 @@
  * TLS without a configured certificate. The certificate is an end-entity
  * (CA:FALSE): rustls clients reject a CA certificate used as a server's.
  *
+ * Built as DER and signed once with WebCrypto, without a certificate
+ * library: the bootstrapper and the join service make one before they
+ * listen, and evaluating @peculiar/x509 alone took longer than the rest of
+ * their start.
+ *
  * @module
  */
+import { parseIp } from "../net/ip.ts";
+import {
+  derBitString,
+  derContextTag,
+  derEcdsaSignature,
+  derElement,
+  derExtension,
+  derOid,
+  derSequence,
+  DerTag,
+  derTime,
+  derUnsignedInteger,
+} from "./der.ts";
 import { encodePem } from "./pem.ts";
-import * as x509 from "./x509.ts";
 
 /** Options for {@linkcode createSelfSignedCertificate}. */
 export interface SelfSignedOptions {
@@ -20,33 +37,74 @@ export interface SelfSignedOptions {
   validityMs?: number;
 }
 
-/** Creates a self-signed certificate; resolves to PEM certificate and PKCS#8 key. */
+/** ecdsa-with-SHA256 (RFC 5758), without parameters. */
+const ECDSA_WITH_SHA256 = derSequence(derOid("1.2.840.10045.4.3.2"));
+/** UTF8String. */
+const UTF8_STRING = 0x0c;
+/** GeneralName choices (IMPLICIT): dNSName [2] IA5String, iPAddress [7] OCTET STRING. */
+const DNS_NAME = derContextTag(2, false);
+const IP_ADDRESS = derContextTag(7, false);
+
+/**
+ * Creates a self-signed certificate; resolves to PEM certificate and PKCS#8
+ * key. Its extensions: basicConstraints CA:FALSE and keyUsage
+ * digitalSignature (both critical), extKeyUsage serverAuth, and the names
+ * as subjectAltName. Throws a TypeError for an IP address it cannot parse.
+ */
 export async function createSelfSignedCertificate(
   options: SelfSignedOptions,
 ): Promise<{ cert: string; key: string }> {
-  const algorithm = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" } as const;
-  const keys = await crypto.subtle.generateKey(algorithm, true, ["sign", "verify"]) as CryptoKeyPair;
   const names = [
-    ...(options.dnsNames ?? []).map((value) => ({ type: "dns" as const, value })),
-    ...(options.ipAddresses ?? []).map((value) => ({ type: "ip" as const, value })),
+    ...(options.dnsNames ?? []).map((name) => derElement(DNS_NAME, new TextEncoder().encode(name))),
+    ...(options.ipAddresses ?? []).map((text) => {
+      const address = parseIp(text);
+      if (!address) throw new TypeError(`not an IP address: ${JSON.stringify(text)}`);
+      return derElement(IP_ADDRESS, address);
+    }),
   ];
+  const keys = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
+    "sign",
+    "verify",
+  ]) as CryptoKeyPair;
   const serial = crypto.getRandomValues(new Uint8Array(16));
   serial[0] &= 0x7f; // positive
   const now = Date.now();
-  const cert = await x509.X509CertificateGenerator.createSelfSigned({
-    serialNumber: serial.toHex(),
-    name: `CN=${options.commonName}`,
-    notBefore: new Date(now - 60_000),
-    notAfter: new Date(now + (options.validityMs ?? 365 * 24 * 3600_000)),
-    keys,
-    signingAlgorithm: algorithm,
-    extensions: [
-      new x509.BasicConstraintsExtension(false, undefined, true),
-      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
-      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
-      ...(names.length > 0 ? [new x509.SubjectAlternativeNameExtension(names)] : []),
-    ],
-  });
+  // Name ::= SEQUENCE OF RelativeDistinguishedName: one RDN with the common name (2.5.4.3).
+  const name = derSequence(
+    derElement(
+      DerTag.set,
+      derSequence(derOid("2.5.4.3"), derElement(UTF8_STRING, new TextEncoder().encode(options.commonName))),
+    ),
+  );
+  const extensions = [
+    derExtension("2.5.29.19", true, derSequence()), // basicConstraints: cA FALSE, the default, is left out
+    derExtension("2.5.29.15", true, derElement(DerTag.bitString, Uint8Array.of(7, 0x80))), // digitalSignature
+    derExtension("2.5.29.37", false, derSequence(derOid("1.3.6.1.5.5.7.3.1"))), // serverAuth
+    ...(names.length > 0 ? [derExtension("2.5.29.17", false, derSequence(...names))] : []),
+  ];
+  const tbsCertificate = derSequence(
+    derElement(derContextTag(0, true), derUnsignedInteger(Uint8Array.of(2))), // version v3
+    derUnsignedInteger(serial),
+    ECDSA_WITH_SHA256,
+    name,
+    derSequence(
+      derTime(new Date(now - 60_000)),
+      derTime(new Date(now + (options.validityMs ?? 365 * 24 * 3600_000))),
+    ),
+    name,
+    new Uint8Array(await crypto.subtle.exportKey("spki", keys.publicKey)),
+    derElement(derContextTag(3, true), derSequence(...extensions)),
+  );
+  const signature = await crypto.subtle.sign(
+    { name: "ECDSA", hash: "SHA-256" },
+    keys.privateKey,
+    tbsCertificate,
+  );
+  const cert = derSequence(
+    tbsCertificate,
+    ECDSA_WITH_SHA256,
+    derBitString(derEcdsaSignature(new Uint8Array(signature))),
+  );
   const key = encodePem(await crypto.subtle.exportKey("pkcs8", keys.privateKey), "PRIVATE KEY");
-  return { cert: encodePem(cert.rawData, "CERTIFICATE"), key };
+  return { cert: encodePem(cert, "CERTIFICATE"), key };
 }

@@ -20,9 +20,12 @@ export const ARTIFACTS: readonly string[] = COMPONENTS.map((component) => compon
 /** The pinned Deno the launchers run when `DENO` names it. */
 export const PINNED_DENO = `${REPO_ROOT}node_modules/deno/deno`;
 
-/** Runs the build as `deno task build` does; returns its stdout lines ("built …", one per file). */
-export async function buildArtifacts(): Promise<string[]> {
-  const build = await runToExit("deno", ["run", "-P=build", "--no-prompt", "scripts/build.ts"], {
+/**
+ * Runs the build as `deno task build` does (only the components `names`, when
+ * given); returns its stdout lines ("built …", one per file).
+ */
+export async function buildArtifacts(...names: string[]): Promise<string[]> {
+  const build = await runToExit("deno", ["run", "-P=build", "--no-prompt", "scripts/build.ts", ...names], {
     cwd: REPO_ROOT,
     timeoutMs: 120_000,
   });

@@ -4,7 +4,9 @@
  * (/var/config) and cannot read or bind outside them; the join service bundle
  * serves join.API (TLS, the key service client, X.509, YAML: the bundled
  * CommonJS modules too) from inputs inside its permissions, and cannot read
- * outside them (its inputs, /etc/shadow). The launchers find Deno in `$DENO`,
+ * outside them (its inputs, /etc/shadow); the console, copied away from the
+ * checkout, serves the page built beside it, and says so when it is missing.
+ * The launchers find Deno in `$DENO`,
  * on PATH, or beside the checkout's dist/, and say what to install without.
  * The permission matrix is in permission_matrix_test.ts.
  */
@@ -12,14 +14,15 @@ import assert from "node:assert/strict";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
 import { COMPONENTS, launcherScript, permissionFlags } from "../../scripts/build.ts";
 import { HKDF_ZERO } from "../kms/vectors.ts";
-import { createTestCa } from "../support/pki.ts";
 import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";
 import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/key_service_process.ts";
 import { withTempDir } from "../support/temp_dir.ts";
-import { buildArtifacts, PINNED_DENO } from "./artifacts.ts";
+import { CONSOLE_LISTENING } from "../../src/console/main.ts";
+import { CONSOLE_FILES, PAGE_DIR_NAME } from "../../src/console/page.ts";
+import { buildArtifacts, DIST, PINNED_DENO } from "./artifacts.ts";
+import { CONFIG_DIR, ensureConfigDir, joinServiceArgs, writeJoinServiceInputs } from "./service_inputs.ts";
 
-const CONFIG_DIR = "/var/config";
 const LAUNCHER = `${REPO_ROOT}dist/key-service`;
 const JOIN_SERVICE_LAUNCHER = `${REPO_ROOT}dist/join-service`;
 const BOOTSTRAPPER_LAUNCHER = `${REPO_ROOT}dist/bootstrapper`;
@@ -27,57 +30,6 @@ const CLI_LAUNCHER = `${REPO_ROOT}dist/cli`;
 /** The pinned Deno the launcher runs. */
 const LAUNCHER_ENV = { DENO: PINNED_DENO };
 const ZERO_UUID = "00000000-0000-0000-0000-000000000000";
-
-const NOT_ROOT =
-  "this test places the key service's secrets inside its baked read permission, so it must run as root";
-
-/** Creates /var/config if needed; fails clearly when this user cannot write there. Returns whether it created it. */
-async function ensureConfigDir(): Promise<boolean> {
-  try {
-    await Deno.stat(CONFIG_DIR);
-    return false;
-  } catch (err) {
-    if (!(err instanceof Deno.errors.NotFound)) throw err;
-  }
-  try {
-    await Deno.mkdir(CONFIG_DIR);
-    return true;
-  } catch (err) {
-    throw new Error(`cannot create ${CONFIG_DIR} (${(err as Error).message}): ${NOT_ROOT}`);
-  }
-}
-
-/**
- * Writes what a join service reads at start into `dir`: `config/` (a dummy
- * attestation config, a measurement salt) and `kubernetes/` (admin.conf with
- * the cluster CA, and that CA in pki/).
- */
-async function writeJoinServiceInputs(dir: string): Promise<void> {
-  await Deno.mkdir(`${dir}/config`);
-  await Deno.mkdir(`${dir}/kubernetes/pki`, { recursive: true });
-  await Deno.writeTextFile(`${dir}/config/attestationConfig`, JSON.stringify({ variant: "dummy" }));
-  await Deno.writeFile(`${dir}/config/measurementSalt`, crypto.getRandomValues(new Uint8Array(32)));
-  const ca = await createTestCa("CN=kubernetes");
-  await Deno.writeTextFile(`${dir}/kubernetes/pki/ca.crt`, ca.certPem);
-  await Deno.writeTextFile(`${dir}/kubernetes/pki/ca.key`, ca.keyPem, { mode: 0o600 });
-  // JSON is YAML: a kubeconfig for an API server that need not run, carrying the cluster CA.
-  await Deno.writeTextFile(
-    `${dir}/kubernetes/admin.conf`,
-    JSON.stringify({
-      apiVersion: "v1",
-      kind: "Config",
-      clusters: [{
-        name: "local",
-        cluster: {
-          server: "https://127.0.0.1:6443",
-          "certificate-authority-data": new TextEncoder().encode(ca.certPem).toBase64(),
-        },
-      }],
-      contexts: [{ name: "local", context: { cluster: "local" } }],
-      "current-context": "local",
-    }),
-  );
-}
 
 Deno.test("permissionFlags() expands a deno.json permission set into explicit flags", () => {
   const config = {
@@ -270,21 +222,11 @@ Deno.test("the built services run under exactly their permission sets", async (t
       const keyService = await startBuiltKeyService();
       try {
         await writeJoinServiceInputs(dir);
-        const joinService = await startService(JOIN_SERVICE_LAUNCHER, [
-          ...["--attestation-variant", "dummy", "--key-service-endpoint", `127.0.0.1:${keyService.port}`],
-          ...["--api-server-endpoint", "10.0.0.1:6443", "--kubeconfig", `${dir}/kubernetes/admin.conf`],
-          ...["--config-dir", `${dir}/config`, "--kubernetes-dir", `${dir}/kubernetes`],
-          ...[
-            "--port",
-            "0",
-            "--listen-address",
-            "127.0.0.1",
-            "--metrics-port",
-            "0",
-            "--metrics-address",
-            "127.0.0.1",
-          ],
-        ], { readyMatch: JOIN_SERVICE_LISTENING, env: LAUNCHER_ENV, cwd: "/" });
+        const joinService = await startService(JOIN_SERVICE_LAUNCHER, joinServiceArgs(dir, keyService.port), {
+          readyMatch: JOIN_SERVICE_LISTENING,
+          env: LAUNCHER_ENV,
+          cwd: "/",
+        });
         try {
           // A challenge takes TLS (a certificate made at start), Connect, and the key service (its MAC key).
           const call = await runToExit("buf", [
@@ -333,6 +275,52 @@ Deno.test("the built services run under exactly their permission sets", async (t
       assert.match(result.stderrLines.join("\n"), /cli: .*\/proc\/self\/environ/);
       assert.doesNotMatch(result.stderrLines.join("\n"), /\n\s+at /, "no stack trace");
     });
+
+    await t.step(
+      "the console, copied away from the checkout, serves its page and a local cluster's config",
+      async () => {
+        await withTempDir("console-artifact-", async (dir) => {
+          // The launcher, its bundle and its page, as they would be shipped; run from /.
+          for (const file of ["console", "console.js"]) {
+            await Deno.copyFile(`${DIST}${file}`, `${dir}/${file}`);
+          }
+          const stateDir = `${dir}/cluster`;
+          await Deno.mkdir(stateDir);
+          await Deno.writeTextFile(`${stateDir}/attestation-config.json`, '{"variant":"dummy"}\n');
+          const args = ["--port", "0", "--local-cluster", stateDir];
+          // Run as its #! line runs it (sh), as the tests may run only the checkout's dist/.
+          const pageless = await runToExit("sh", [`${dir}/console`, ...args], {
+            env: LAUNCHER_ENV,
+            cwd: "/",
+          });
+          assert.equal(pageless.code, 1);
+          assert.match(pageless.stderrLines.join("\n"), /^console: no page in .*\/console-web\/: /);
+
+          await Deno.mkdir(`${dir}/${PAGE_DIR_NAME}`);
+          for (const file of CONSOLE_FILES) {
+            await Deno.copyFile(`${DIST}${PAGE_DIR_NAME}/${file}`, `${dir}/${PAGE_DIR_NAME}/${file}`);
+          }
+          const served = await startService("sh", [`${dir}/console`, ...args], {
+            readyMatch: CONSOLE_LISTENING,
+            env: LAUNCHER_ENV,
+            cwd: "/",
+          });
+          try {
+            const get = (path: string) => fetch(`http://127.0.0.1:${served.port}${path}`);
+            const page = await get("/app.js");
+            assert.equal(page.status, 200);
+            assert.deepEqual(
+              new Uint8Array(await page.arrayBuffer()),
+              await Deno.readFile(`${DIST}${PAGE_DIR_NAME}/app.js`),
+            );
+            assert.match(await (await get("/")).text(), /^<!doctype html>/);
+            assert.equal(await (await get("/api/attestation-config")).text(), '{"variant":"dummy"}\n');
+          } finally {
+            assert.equal((await served.stop()).code, 0);
+          }
+        });
+      },
+    );
 
     await t.step("the join service cannot read its inputs outside its permissions", async () => {
       const result = await runToExit(JOIN_SERVICE_LAUNCHER, [

@@ -221,6 +221,51 @@ const PROBE_ROWS: ProbeRow[] = [
     permitted: true,
   },
   { artifact: "cli", name: "cannot run /bin/sh", probe: ["run", "/bin/sh", "-c", "true"], permitted: false },
+
+  {
+    // Its page lies beside it wherever dist/ is, and the local cluster's state where the operator says.
+    artifact: "console",
+    name: "may read files outside /proc, /sys and /dev (a local cluster's state in /tmp)",
+    probe: ["read", "/tmp"],
+    permitted: true,
+  },
+  {
+    artifact: "console",
+    name: "cannot read /proc/self/environ",
+    probe: ["read", "/proc/self/environ"],
+    permitted: false,
+  },
+  {
+    artifact: "console",
+    name: "cannot write, not even /tmp",
+    probe: ["write", `/tmp/permission-probe-${crypto.randomUUID()}`],
+    permitted: false,
+  },
+  {
+    artifact: "console",
+    name: "cannot run esbuild (its page is built beforehand)",
+    probe: ["run", `${REPO_ROOT}node_modules/.bin/esbuild`, "--version"],
+    permitted: false,
+  },
+  {
+    artifact: "console",
+    name: "cannot run /bin/sh",
+    probe: ["run", "/bin/sh", "-c", "true"],
+    permitted: false,
+  },
+  {
+    artifact: "console",
+    name: "may connect to 127.0.0.1, its listen address",
+    probe: ["connect", "127.0.0.1", LOOPBACK_PORT],
+    permitted: true,
+  },
+  {
+    artifact: "console",
+    name: `opens no connection to another address (a listener on ${OTHER_LOOPBACK})`,
+    probe: ["connect", OTHER_LOOPBACK, OTHER_LOOPBACK_PORT],
+    permitted: false,
+  },
+  { artifact: "console", name: "cannot read HOME", probe: ["env", "HOME"], permitted: false },
 ];
 
 /** A row where the real bootstrapper, told to use `cryptsetup` as its cryptsetup, logs `logLine`. */

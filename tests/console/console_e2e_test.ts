@@ -2,7 +2,7 @@
  * The browser console in a real browser (Debian's chromium, headless,
  * through playwright-core) against a local cluster this test starts (1
  * control plane + 1 worker, each node in its own network namespace on its
- * own swtpm), and the console server as its own process:
+ * own swtpm), and the built console (`dist/console`) as its own process:
  *
  * - the cluster view shows every node's phase;
  * - the inspector verifies, in the page, a node whose bootstrapper still
@@ -26,10 +26,10 @@ import { type LocalCluster, startLocalCluster } from "../../src/localcluster/clu
 import { REPO_ROOT } from "../../src/localcluster/node.ts";
 import { freePort } from "../../src/net/free_port.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";
+import { CONSOLE_LISTENING } from "../../src/console/main.ts";
+import { buildArtifacts, DIST, PINNED_DENO } from "../build/artifacts.ts";
 import { launchChromium, screenshot } from "../support/browser.ts";
 
-/** The console server's ready line. */
-const CONSOLE_LISTENING = /"msg":"listening".*"port":(\d+)/;
 /** How long the page may take for one thing (a TPM quote, a refresh, a join). */
 const PAGE_TIMEOUT_MS = 30_000;
 
@@ -62,21 +62,14 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
         corsAllowOrigins: [origin],
       }));
     stack.defer(() => cluster.close());
-    const consoleServer = await timed("console server (builds the page)", () =>
-      startService(
-        "deno",
-        [
-          "run",
-          "-P=console",
-          "--no-prompt",
-          "src/console/main.ts",
-          "--port",
-          String(consolePort),
-          "--local-cluster",
-          stateDir,
-        ],
-        { readyMatch: CONSOLE_LISTENING, cwd: REPO_ROOT, timeoutMs: 60_000 },
-      ));
+    const consoleServer = await timed("console server (built: the artifact and its page)", async () => {
+      await buildArtifacts("console");
+      return await startService(
+        `${DIST}console`,
+        ["--port", String(consolePort), "--local-cluster", stateDir],
+        { readyMatch: CONSOLE_LISTENING, env: { DENO: PINNED_DENO }, cwd: "/", timeoutMs: 60_000 },
+      );
+    });
     stack.defer(() => consoleServer.stop().then(() => {}));
     const browser = await timed("chromium launch", () => launchChromium());
     stack.defer(() => browser.close());

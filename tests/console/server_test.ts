@@ -7,7 +7,8 @@
  * policy; its command line keeps it on loopback.
  */
 import assert from "node:assert/strict";
-import { buildConsole, CONSOLE_FILES } from "../../src/console/build.ts";
+import { buildConsole } from "../../src/console/build.ts";
+import { CONSOLE_FILES } from "../../src/console/page.ts";
 import { parseConsoleFlags } from "../../src/console/main.ts";
 import { CONTENT_SECURITY_POLICY, serveConsole } from "../../src/console/server.ts";
 import { UsageError } from "../../src/flags/flags.ts";

@@ -187,7 +187,7 @@ Deno.test("the kubelet certificate has exactly the kubelet fields", async () => 
   );
   assert.deepEqual(
     new Uint8Array(certificate.issuerName.toArrayBuffer()),
-    new Uint8Array(ecCa.certificate.subjectName.toArrayBuffer()),
+    ecCa.certificate.subject,
   );
   assert.deepEqual(new Uint8Array(certificate.publicKey.rawData), new Uint8Array(request.publicKey.rawData));
   assert.equal(certificate.notBefore.getTime(), fixedClock.now() - 2 * 3600 * 1000);
@@ -210,7 +210,9 @@ Deno.test("the kubelet certificate has exactly the kubelet fields", async () => 
   assert.equal(basicConstraints.critical, true);
   assert.equal(basicConstraints.ca, false);
   assert.equal(basicConstraints.pathLength, undefined);
-  const caKeyId = ecCa.certificate.getExtension(x509.SubjectKeyIdentifierExtension)!.keyId;
+  const caKeyId =
+    new x509.X509Certificate(ecCa.certificate.der).getExtension(x509.SubjectKeyIdentifierExtension)!
+      .keyId;
   assert.equal(certificate.getExtension(x509.AuthorityKeyIdentifierExtension)!.keyId, caKeyId);
   const altNames = certificate.getExtension(x509.SubjectAlternativeNameExtension)!;
   assert.equal(altNames.critical, false);
@@ -341,7 +343,7 @@ Deno.test("readKubeletCa reads ca.crt and ca.key, and names a missing file", asy
     await Deno.writeTextFile(`${dir}/ca.crt`, ecCert);
     await Deno.writeTextFile(`${dir}/ca.key`, ecSec1);
     const ca = await readKubeletCa({ certFile: `${dir}/ca.crt`, keyFile: `${dir}/ca.key` });
-    assert.equal(ca.certificate.subject, "CN=kubernetes");
+    assert.equal(new x509.X509Certificate(ca.certificate.der).subject, "CN=kubernetes");
     assert.equal(ca.privateKey.extractable, false);
     await assertCaError(
       readKubeletCa({ certFile: `${dir}/ca.crt`, keyFile: `${dir}/missing.key` }),
@@ -529,7 +531,7 @@ Deno.test("malformed CA certificates give clear errors", async () => {
   }
   // The first CERTIFICATE block counts, whatever precedes it.
   const ca = await parseKubeletCa(`${ecSec1}\n${ecCert}\n${rsaCert}`, ecSec1);
-  assert.equal(ca.certificate.subject, "CN=kubernetes");
+  assert.equal(new x509.X509Certificate(ca.certificate.der).subject, "CN=kubernetes");
 });
 
 // --- certificate request rules ---
@@ -669,7 +671,7 @@ Deno.test("malformed and badly signed CSRs are rejected", async () => {
   const tampered = valid.slice();
   const at = new TextDecoder("latin1").decode(tampered).indexOf("worker-1") + "worker-".length;
   tampered[at] = "2".charCodeAt(0);
-  const certificateDer = new Uint8Array(ecCa.certificate.rawData);
+  const certificateDer = ecCa.certificate.der;
   const cases: [string, Uint8Array, KubeletCaError["reason"], string][] = [
     ["bad signature", tampered, "csr-signature-invalid", "certificate request signature is invalid"],
     ["empty", new Uint8Array(), "csr-malformed", "certificate request is empty"],

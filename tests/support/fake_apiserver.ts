@@ -19,6 +19,7 @@ import {
 } from "../../src/localapi/server.ts";
 import { JOINING_NODES, NODE_VERSIONS, type ResourceType } from "../../src/localapi/resources.ts";
 import { createTestCa, issueCert, issueLoopbackServerCert, type TestCa, type TestCert } from "./pki.ts";
+import * as x509 from "../../src/x509/x509.ts";
 
 export { JOINING_NODES, NODE_VERSIONS };
 export type { AuthorizationRequest, FailureMode, RecordedRequest };
@@ -124,8 +125,17 @@ export async function startFakeApiServer(options: FakeApiServerOptions = {}): Pr
       pkiDir: options.pkiDir,
       pkiPollMs: options.pkiPollMs,
       onPki: async (loaded) => {
-        const clientCert = await issueCert(loaded.ca, { subject: clientSubject, usages: ["clientAuth"] });
-        pki = { ca: loaded.ca, clientCert };
+        // The test PKI issues with @peculiar/x509; the local API reads its CA without it.
+        const cert = new x509.X509Certificate(loaded.ca.certPem);
+        const publicKey = await cert.publicKey.export();
+        const ca: TestCa = {
+          cert,
+          keys: { privateKey: loaded.ca.privateKey, publicKey },
+          certPem: loaded.ca.certPem,
+          keyPem: loaded.ca.keyPem,
+        };
+        const clientCert = await issueCert(ca, { subject: clientSubject, usages: ["clientAuth"] });
+        pki = { ca, clientCert };
       },
     });
   } else {

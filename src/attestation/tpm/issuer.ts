@@ -51,7 +51,8 @@
  * too large with the log is rare; it is sent without the log, with a warning.
  *
  * **Permissions.** The issuer needs `--allow-run` for tpm2_createprimary,
- * tpm2_quote, tpm2_pcrread and tpm2_flushcontext; the PCR helpers in
+ * tpm2_quote and tpm2_flushcontext (tpm2_quote reads the PCR values it
+ * quoted itself, `-o`); the PCR helpers in
  * `pcr.ts` need tpm2_pcrread (reading) and tpm2_pcrevent plus
  * tpm2_flushcontext (`extendPcr15`). It also needs `--allow-write` and
  * `--allow-read` for the temporary directory, and `--allow-read` for the
@@ -76,7 +77,7 @@ import {
   SHA256_PCR_LENGTH,
   type TpmDocumentFields,
 } from "./document.ts";
-import { readPcrs } from "./pcr.ts";
+import { pcrValues } from "./pcr.ts";
 import { TpmParseError } from "./reader.ts";
 import { parsePublic, parseQuote, publicKeyDigest } from "./structures.ts";
 import {
@@ -238,30 +239,21 @@ export class TpmIssuer implements Issuer {
   async #quote(reportData: Uint8Array, signal: AbortSignal | undefined): Promise<Uint8Array> {
     const path = (name: string) => `${this.#dir}/${name}`;
     return await unavailableOnFailure("quoting", async () => {
-      for (let attempt = 1;; attempt++) {
+      const quoted = await quoteMatchingPcrs(async () => {
+        // -o: the PCR values, read by tpm2_quote right after quoting: one tool run less than tpm2_pcrread,
+        // and each run costs a process start, the larger part of a quote's time.
         await runLoadingTpmTool(this.#tpm, "tpm2_quote", [
           ...["-c", path("ak.ctx"), "-l", `sha256:${QUOTED_PCRS.join(",")}`, "-q", reportData.toHex()],
           ...["-g", "sha256", "-m", path("quote.msg"), "-s", path("quote.sig"), "-f", "tss"],
+          ...["-o", path("pcrs.bin"), "-F", "values"],
         ], { signal });
-        const pcrs = await readPcrs(this.#tpm, QUOTED_PCRS, { signal });
-        const quote = await Deno.readFile(path("quote.msg"));
-        if (bytesEqual(await pcrDigest(pcrs), parseQuote(quote).pcrDigest)) {
-          return this.#encode({
-            variant: QEMU_VTPM_VARIANT,
-            akPublic: this.#akPublic,
-            quote,
-            signature: await Deno.readFile(path("quote.sig")),
-            pcrs,
-          });
-        }
-        if (attempt === 2) {
-          throw new AttestationError(
-            "unavailable",
-            "PCR values changed between quote and read twice in a row",
-          );
-        }
-        this.#logger.warn("PCR values changed between quote and read; quoting again");
-      }
+        return {
+          quote: await Deno.readFile(path("quote.msg")),
+          signature: await Deno.readFile(path("quote.sig")),
+          pcrs: pcrValues("tpm2_quote", QUOTED_PCRS, await Deno.readFile(path("pcrs.bin"))),
+        };
+      }, this.#logger);
+      return this.#encode({ variant: QEMU_VTPM_VARIANT, akPublic: this.#akPublic, ...quoted });
     });
   }
 
@@ -281,6 +273,36 @@ export class TpmIssuer implements Issuer {
       });
     }
     return encodeDocument(fields);
+  }
+}
+
+/** A quote, its signature and the PCR values read with it. */
+export interface QuotedPcrs {
+  /** TPMS_ATTEST. */
+  quote: Uint8Array;
+  /** TPMT_SIGNATURE. */
+  signature: Uint8Array;
+  /** The quoted PCRs' values, by index. */
+  pcrs: Map<number, Uint8Array>;
+}
+
+/**
+ * Runs `quoteOnce` until the PCR values read with the quote hash to its PCR
+ * digest, at most twice: another TPM user (the kernel's IMA, a PCR 15
+ * binding) may extend a PCR between `TPM2_Quote` and `TPM2_PCR_Read`. The
+ * second mismatch is "unavailable".
+ */
+export async function quoteMatchingPcrs(
+  quoteOnce: () => Promise<QuotedPcrs>,
+  logger: Logger,
+): Promise<QuotedPcrs> {
+  for (let attempt = 1;; attempt++) {
+    const quoted = await quoteOnce();
+    if (bytesEqual(await pcrDigest(quoted.pcrs), parseQuote(quoted.quote).pcrDigest)) return quoted;
+    if (attempt === 2) {
+      throw new AttestationError("unavailable", "PCR values changed between quote and read twice in a row");
+    }
+    logger.warn("PCR values changed between quote and read; quoting again");
   }
 }
 

@@ -52,11 +52,21 @@ export async function readPcrs(
       signal: options.signal,
     },
   );
+  return pcrValues("tpm2_pcrread", sorted, raw);
+}
+
+/**
+ * The SHA-256 values `tool` wrote for the PCRs `sorted` (ascending, as
+ * tpm2-tools orders them), one after the other: `tpm2_pcrread -o`, or
+ * `tpm2_quote -o … -F values`. Throws {@linkcode TpmToolError} when the
+ * length does not fit.
+ */
+export function pcrValues(tool: string, sorted: readonly number[], raw: Uint8Array): Map<number, Uint8Array> {
   if (raw.length !== sorted.length * SHA256_LENGTH) {
     throw new TpmToolError(
-      "tpm2_pcrread",
+      tool,
       0,
-      `tpm2_pcrread returned ${raw.length} bytes for ${sorted.length} SHA-256 PCRs; is the SHA-256 bank allocated?`,
+      `${tool} returned ${raw.length} bytes for ${sorted.length} SHA-256 PCRs; is the SHA-256 bank allocated?`,
     );
   }
   return new Map(sorted.map((index, i) => [index, raw.slice(i * SHA256_LENGTH, (i + 1) * SHA256_LENGTH)]));
