@@ -87,6 +87,7 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     },
     maxRequestBytesPerConnection: limits.maxRequestBytesPerConnection,
     maxRequestBytesInFlight: limits.maxRequestBytesInFlight,
+    maxCallsInProgress: limits.maxCallsInProgress,
     requestTimeoutMs: limits.requestTimeoutMs,
     onResponseError: options.onResponseError,
   });
