@@ -23,6 +23,15 @@
  * as its own CPU time per ticket, and everything the machine did besides the
  * four processes as "others" (other sessions share the 2 cores).
  *
+ * **Nodes that join once.** The levels are closed loops: each joiner sends
+ * its next request as soon as the last is answered, so 16 joiners keep 16
+ * calls in flight for the whole window, and the latency is 16 ÷ throughput
+ * (Little's law). A real node joins once. So each round also measures a
+ * burst of 16 nodes that join at the same moment, once each, each over a new
+ * connection of its own (its TLS handshake included), their requests
+ * prepared beforehand like the levels': the latency each node waits, from
+ * opening its connection to its ticket.
+ *
  * Every level runs `--rounds` times (default 3); the summary gives the median
  * and the range. `--levels 16,128` runs only those levels (for A/B runs). The
  * join service's CPU is also split by thread: the main thread (the event loop),
@@ -64,6 +73,8 @@ const ALL_LEVELS = [
   { joiners: 128, tickets: 1024 },
   { joiners: 512, tickets: 2048 },
 ];
+/** Nodes of the join-once burst (see the module documentation). */
+const BURST_NODES = 16;
 /** Run before the first round and not reported: JIT, connections, caches. */
 const WARM_UP = { joiners: 16, tickets: 160 };
 /** Most connections the joiners share. */
@@ -169,13 +180,34 @@ console.log(
     "| join: main   V8 other | RSS MiB peak",
 );
 const results: LevelResult[] = [];
+const bursts: BurstResult[] = [];
 for (let round = 1; round <= rounds; round++) {
   for (const level of LEVELS) {
     const result = await runLevel(level, round);
     results.push(result);
     console.log(row(result));
   }
+  bursts.push(await runBurst(BURST_NODES, round));
 }
+console.log(`\n${BURST_NODES} nodes joining once, at the same moment, each over a new connection:`);
+console.log("round  p50 ms  p99 ms  (slowest node)  join CPU ms/ticket");
+for (const b of bursts) {
+  console.log(
+    [
+      String(b.round).padStart(5),
+      b.p50Ms.toFixed(1).padStart(7),
+      b.p99Ms.toFixed(1).padStart(7),
+      " ".repeat(15),
+      b.joinCpuMsPerTicket.toFixed(2).padStart(18),
+    ].join(" "),
+  );
+}
+const burstSummary = {
+  nodes: BURST_NODES,
+  p50Ms: spreadOf(bursts.map((b) => b.p50Ms)),
+  p99Ms: spreadOf(bursts.map((b) => b.p99Ms)),
+  joinCpuMsPerTicket: spreadOf(bursts.map((b) => b.joinCpuMsPerTicket)),
+};
 
 const summary = LEVELS.map((level) => summarize(results.filter((r) => r.joiners === level.joiners)));
 console.log(`\nsummary: median (min–max) over ${rounds} round(s)`);
@@ -213,7 +245,8 @@ const targets = [
     // 16 requests always in flight, each needing at least the floor's CPU, on all cores: Little's law.
     note: `16 joiners with no pause between requests keep 16 in flight: even if a ticket cost only the ` +
       `floor (${floorMs.toFixed(2)} ms CPU) and used all ${navigator.hardwareConcurrency} cores, the mean ` +
-      `latency would be ${(16 * floorMs / navigator.hardwareConcurrency).toFixed(1)} ms`,
+      `latency would be ${(16 * floorMs / navigator.hardwareConcurrency).toFixed(1)} ms; ` +
+      `16 nodes joining once at the same moment: p99 ${burstSummary.p99Ms.median.toFixed(1)} ms`,
   },
   at(512) && {
     target: `join service peak RSS ≤ ${TARGETS.peakRssMiBAt512} MiB at 512 joiners`,
@@ -256,6 +289,7 @@ await Deno.writeTextFile(
       levels: LEVELS,
       rounds,
       summary,
+      joinOnceBurst: { summary: burstSummary, results: bursts },
       targets,
       latencyBreakdownMs: breakdown,
       floorAtEnd: floor,
@@ -329,6 +363,42 @@ async function runLevel(level: { joiners: number; tickets: number }, round: numb
     prepareCpuMsPerRequest,
     joinServicePeakRssMiB: memory.peakRssBytes / 2 ** 20,
     joinServiceRssMiB: memory.rssBytes / 2 ** 20,
+  };
+}
+
+/** One join-once burst. */
+interface BurstResult {
+  round: number;
+  nodes: number;
+  p50Ms: number;
+  /** With 16 nodes, the slowest node's. */
+  p99Ms: number;
+  /** The join service's CPU ms per ticket, TLS handshakes included. */
+  joinCpuMsPerTicket: number;
+}
+
+/**
+ * `nodes` nodes that join at the same moment, once each, each over a new
+ * connection; requests prepared beforehand.
+ */
+async function runBurst(nodes: number, round: number): Promise<BurstResult> {
+  const prepared = await prepare(nodes, `r${round}-burst`);
+  const clients = prepared.map(() => cluster.connect().client);
+  const before = await processCpuSeconds(cluster.joinService.process.pid);
+  const latencies = await Promise.all(prepared.map(async ({ request }, node) => {
+    const t = performance.now();
+    const response = await clients[node].issueJoinTicket(request);
+    if (!response.sealed) throw new ConnectError("ticket without sealed payload", Code.Internal);
+    return performance.now() - t;
+  }));
+  const after = await processCpuSeconds(cluster.joinService.process.pid);
+  latencies.sort((a, b) => a - b);
+  return {
+    round,
+    nodes,
+    p50Ms: percentile(latencies, 0.5),
+    p99Ms: percentile(latencies, 0.99),
+    joinCpuMsPerTicket: (after - before) * 1000 / nodes,
   };
 }
 
