@@ -178,7 +178,11 @@ Deno.test("serveRpc works on at most maxCallsInProgress unary calls at once; the
   }
 });
 
-Deno.test("serveRpc: a waiting call its client cancels never reaches the service", async () => {
+/**
+ * A server with room for one call in progress, and a client whose call "busy" holds it until
+ * `release()`; `started` lists the key IDs the service has taken up.
+ */
+async function serverWithBusyCall(options: { readMaxBytes?: number } = {}) {
   const started: string[] = [];
   let release = () => {};
   const server = await serveRpc({
@@ -192,57 +196,50 @@ Deno.test("serveRpc: a waiting call its client cancels never reaches the service
       }),
     hostname: "127.0.0.1",
     port: 0,
+    readMaxBytes: options.readMaxBytes,
     limits: { maxCallsInProgress: 1 },
   });
-  try {
-    using connection = connectRpc({ baseUrl: `http://127.0.0.1:${server.address.port}` });
-    const client = createClient(API, connection.transport);
-    const busy = client.getDataKey({ dataKeyId: "busy", length: 1 });
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    const controller = new AbortController();
-    const waiting = client.getDataKey({ dataKeyId: "cancelled", length: 1 }, { signal: controller.signal });
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    controller.abort();
-    await assert.rejects(waiting, (err) => ConnectError.from(err).code === Code.Canceled);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    release();
-    await busy;
-    await client.getDataKey({ dataKeyId: "next", length: 1 });
-    assert.deepEqual(started, ["busy", "next"]);
-  } finally {
-    await server.shutdown(1000);
-  }
+  const connection = connectRpc({ baseUrl: `http://127.0.0.1:${server.address.port}` });
+  const client = createClient(API, connection.transport);
+  const busy = client.getDataKey({ dataKeyId: "busy", length: 1 });
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  return {
+    client,
+    started,
+    /** Lets "busy" finish and waits for its answer. */
+    release: async () => {
+      release();
+      await busy;
+    },
+    [Symbol.asyncDispose]: async () => {
+      connection.close();
+      await server.shutdown(1000);
+    },
+  };
+}
+
+Deno.test("serveRpc: a waiting call its client cancels never reaches the service", async () => {
+  await using busy = await serverWithBusyCall();
+  const controller = new AbortController();
+  const waiting = busy.client.getDataKey({ dataKeyId: "cancelled", length: 1 }, {
+    signal: controller.signal,
+  });
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  controller.abort();
+  await assert.rejects(waiting, (err) => ConnectError.from(err).code === Code.Canceled);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  await busy.release();
+  await busy.client.getDataKey({ dataKeyId: "next", length: 1 });
+  assert.deepEqual(busy.started, ["busy", "next"]);
 });
 
 Deno.test("serveRpc refuses a message over readMaxBytes at once, without waiting for a call in progress", async () => {
-  let release = () => {};
-  const server = await serveRpc({
-    routes: (router) =>
-      router.service(API, {
-        async getDataKey(request) {
-          if (request.dataKeyId === "busy") await new Promise<void>((resolve) => release = resolve);
-          return { dataKey: new Uint8Array(1) };
-        },
-      }),
-    hostname: "127.0.0.1",
-    port: 0,
-    readMaxBytes: 1024,
-    limits: { maxCallsInProgress: 1 },
+  await using busy = await serverWithBusyCall({ readMaxBytes: 1024 });
+  await assert.rejects(busy.client.getDataKey({ dataKeyId: "x".repeat(4000), length: 1 }), (err) => {
+    const error = ConnectError.from(err);
+    assert.equal(Code[error.code], "ResourceExhausted");
+    assert.match(error.rawMessage, /readMaxBytes/);
+    return true;
   });
-  try {
-    using connection = connectRpc({ baseUrl: `http://127.0.0.1:${server.address.port}` });
-    const client = createClient(API, connection.transport);
-    const busy = client.getDataKey({ dataKeyId: "busy", length: 1 });
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    await assert.rejects(client.getDataKey({ dataKeyId: "x".repeat(4000), length: 1 }), (err) => {
-      const error = ConnectError.from(err);
-      assert.equal(Code[error.code], "ResourceExhausted");
-      assert.match(error.rawMessage, /readMaxBytes/);
-      return true;
-    });
-    release();
-    await busy;
-  } finally {
-    await server.shutdown(1000);
-  }
+  await busy.release();
 });
