@@ -4,18 +4,21 @@
  *
  * The attester generates a fresh key pair per exchange and binds its
  * 32-byte public key into its evidence; the verifier seals the response to
- * that key. Runs on WebCrypto only (Deno and browsers).
+ * that key. Runs in Deno and in browsers.
  *
  * Key generation and opening use `@hpke/core`. Sealing, which a join
- * service does for every ticket, is written out here on WebCrypto (RFC 9180
- * §4.1, §5.1, §5.2): `@hpke/core` makes about twenty WebCrypto calls per
- * seal, each with its own overhead in the runtime; this makes eleven, and
- * computes the parts that depend on nothing but the suite once. The tests
- * open what it seals with `@hpke/core`.
+ * service does for every ticket, is written out here (RFC 9180 §4.1, §5.1,
+ * §5.2): `@hpke/core` makes about twenty WebCrypto calls per seal, each with
+ * its own overhead in the runtime; here the X25519 steps are four WebCrypto
+ * calls, the key schedule and the AEAD are `src/crypto/primitives.ts`'s
+ * (synchronous `node:crypto` in Deno), and the parts that depend on nothing
+ * but the suite are computed once. The tests open what it seals with
+ * `@hpke/core`.
  *
  * @module
  */
 import { Aes256Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
+import { primitives } from "../crypto/primitives.ts";
 
 /** Length of a serialized X25519 public key and of the encapsulated key. */
 export const PUBLIC_KEY_LENGTH = 32;
@@ -80,10 +83,8 @@ export async function seal(
   if (dh.every((byte) => byte === 0)) throw new RangeError("HPKE public key is a low-order point");
   // shared_secret = LabeledExpand(LabeledExtract("", "eae_prk", dh), "shared_secret", enc ‖ pkR, 32):
   // one HKDF with an empty salt.
-  const sharedSecret = await hkdf(
-    await crypto.subtle.importKey("raw", labeledIkm(KEM_SUITE_ID, "eae_prk", dh), "HKDF", false, [
-      "deriveBits",
-    ]),
+  const sharedSecret = await primitives.hkdfSha256(
+    labeledIkm(KEM_SUITE_ID, "eae_prk", dh),
     new Uint8Array(),
     labeledInfo(KEM_SUITE_ID, "shared_secret", concat(encapsulatedKey, publicKey), 32),
     32,
@@ -95,19 +96,18 @@ export async function seal(
     await pskIdHash,
     await labeledExtract("info_hash", binding.info),
   );
-  const secretIkm = await secretIkmKey;
   const [key, baseNonce] = await Promise.all([
-    hkdf(secretIkm, sharedSecret, labeledInfo(HPKE_SUITE_ID, "key", context, 32), 32),
-    hkdf(secretIkm, sharedSecret, labeledInfo(HPKE_SUITE_ID, "base_nonce", context, 12), 12),
+    primitives.hkdfSha256(SECRET_IKM, sharedSecret, labeledInfo(HPKE_SUITE_ID, "key", context, 32), 32),
+    primitives.hkdfSha256(
+      SECRET_IKM,
+      sharedSecret,
+      labeledInfo(HPKE_SUITE_ID, "base_nonce", context, 12),
+      12,
+    ),
   ]);
   // Single shot (§6.1): the first message's nonce is base_nonce itself.
-  const aead = await crypto.subtle.importKey("raw", key, "AES-GCM", false, ["encrypt"]);
-  const ciphertext = await crypto.subtle.encrypt(
-    { name: "AES-GCM", iv: baseNonce, additionalData: binding.aad },
-    aead,
-    plaintext,
-  );
-  return { encapsulatedKey, ciphertext: new Uint8Array(ciphertext) };
+  const ciphertext = await primitives.aes256GcmEncrypt(key, baseNonce, binding.aad, plaintext);
+  return { encapsulatedKey, ciphertext };
 }
 
 const X25519 = { name: "X25519" } as const;
@@ -122,33 +122,15 @@ const HPKE_SUITE_ID = concat(
 );
 
 /** The HKDF-Extract key of an empty salt: HMAC-SHA256 pads any key to its block with zeros. */
-const emptySaltKey = crypto.subtle.importKey(
-  "raw",
-  new Uint8Array(32),
-  { name: "HMAC", hash: "SHA-256" },
-  false,
-  [
-    "sign",
-  ],
-);
+const EMPTY_SALT = new Uint8Array(32);
 /** psk_id_hash of base mode (no PSK ID): the same for every seal. */
 const pskIdHash = labeledExtract("psk_id_hash", new Uint8Array());
-/** LabeledExtract's input for `secret` in base mode (empty PSK), as an HKDF key: the same for every seal. */
-const secretIkmKey = crypto.subtle.importKey(
-  "raw",
-  labeledIkm(HPKE_SUITE_ID, "secret", new Uint8Array()),
-  "HKDF",
-  false,
-  [
-    "deriveBits",
-  ],
-);
+/** LabeledExtract's input for `secret` in base mode (empty PSK): the same for every seal. */
+const SECRET_IKM = labeledIkm(HPKE_SUITE_ID, "secret", new Uint8Array());
 
 /** LabeledExtract("", label, ikm) of the whole suite: HMAC-SHA256 under the empty salt. */
-async function labeledExtract(label: string, ikm: Uint8Array): Promise<Uint8Array<ArrayBuffer>> {
-  return new Uint8Array(
-    await crypto.subtle.sign("HMAC", await emptySaltKey, labeledIkm(HPKE_SUITE_ID, label, ikm)),
-  );
+function labeledExtract(label: string, ikm: Uint8Array): Promise<Uint8Array<ArrayBuffer>> {
+  return primitives.hmacSha256(EMPTY_SALT, labeledIkm(HPKE_SUITE_ID, label, ikm));
 }
 
 /** labeled_ikm = "HPKE-v1" ‖ suite_id ‖ label ‖ ikm. */
@@ -169,18 +151,6 @@ function labeledInfo(
     suiteId,
     new TextEncoder().encode(label),
     info,
-  );
-}
-
-/** HKDF-SHA256 (Extract with `salt`, then Expand with `info`) of the key material `ikm`, `length` bytes. */
-async function hkdf(
-  ikm: CryptoKey,
-  salt: Uint8Array<ArrayBuffer>,
-  info: Uint8Array<ArrayBuffer>,
-  length: number,
-): Promise<Uint8Array<ArrayBuffer>> {
-  return new Uint8Array(
-    await crypto.subtle.deriveBits({ name: "HKDF", hash: "SHA-256", salt, info }, ikm, length * 8),
   );
 }
 
