@@ -129,10 +129,12 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
       respond(handler({ ...request, body }));
       return;
     }
-    // A body larger than any message Connect accepts goes to Connect at once, which refuses it as before.
+    // Only a whole body waits for its turn. One larger than any message Connect accepts, or one whose
+    // reading failed (a spent byte budget, a reset stream), goes to Connect at once, which refuses it as
+    // before.
     respond(
       readAhead(body, options.readMaxBytes + ENVELOPE_HEADER_BYTES).then((readBody) =>
-        readBody.complete
+        readBody.whole
           ? inProgress.run(() => handler({ ...request, body: readBody }), { signal: request.signal })
           : handler({ ...request, body: readBody })
       ),
@@ -145,8 +147,8 @@ const ENVELOPE_HEADER_BYTES = 5;
 
 /** A request body read ahead: the chunks so far, then the rest and any error, in their order. */
 interface ReadAheadBody extends AsyncIterable<Uint8Array> {
-  /** The whole body was read (or reading it failed), not only its first bytes. */
-  readonly complete: boolean;
+  /** The body was read to its end, not only its first bytes, and reading it did not fail. */
+  readonly whole: boolean;
 }
 
 /**
@@ -174,7 +176,7 @@ async function readAhead(body: AsyncIterable<Uint8Array>, maxBytes: number): Pro
     failure = { error };
   }
   return {
-    complete: ended || failure !== undefined,
+    whole: ended,
     async *[Symbol.asyncIterator]() {
       yield* chunks;
       if (failure) throw failure.error;

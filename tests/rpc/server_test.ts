@@ -182,7 +182,9 @@ Deno.test("serveRpc works on at most maxCallsInProgress unary calls at once; the
  * A server with room for one call in progress, and a client whose call "busy" holds it until
  * `release()`; `started` lists the key IDs the service has taken up.
  */
-async function serverWithBusyCall(options: { readMaxBytes?: number } = {}) {
+async function serverWithBusyCall(
+  options: { readMaxBytes?: number; maxRequestBytesPerConnection?: number } = {},
+) {
   const started: string[] = [];
   let release = () => {};
   const server = await serveRpc({
@@ -197,7 +199,12 @@ async function serverWithBusyCall(options: { readMaxBytes?: number } = {}) {
     hostname: "127.0.0.1",
     port: 0,
     readMaxBytes: options.readMaxBytes,
-    limits: { maxCallsInProgress: 1 },
+    limits: {
+      maxCallsInProgress: 1,
+      ...(options.maxRequestBytesPerConnection
+        ? { maxRequestBytesPerConnection: options.maxRequestBytesPerConnection }
+        : {}),
+    },
   });
   const connection = connectRpc({ baseUrl: `http://127.0.0.1:${server.address.port}` });
   const client = createClient(API, connection.transport);
@@ -239,6 +246,17 @@ Deno.test("serveRpc refuses a message over readMaxBytes at once, without waiting
     const error = ConnectError.from(err);
     assert.equal(Code[error.code], "ResourceExhausted");
     assert.match(error.rawMessage, /readMaxBytes/);
+    return true;
+  });
+  await busy.release();
+});
+
+Deno.test("serveRpc refuses a call over its connection's byte budget at once, without waiting for a call in progress", async () => {
+  await using busy = await serverWithBusyCall({ maxRequestBytesPerConnection: 1024 });
+  await assert.rejects(busy.client.getDataKey({ dataKeyId: "x".repeat(2000), length: 1 }), (err) => {
+    const error = ConnectError.from(err);
+    assert.equal(Code[error.code], "ResourceExhausted");
+    assert.match(error.rawMessage, /too many request bytes in flight/);
     return true;
   });
   await busy.release();
