@@ -5,7 +5,7 @@ import { cryptoPrimitives, equalInConstantTime, primitives } from "../../src/cry
 const viaNode = cryptoPrimitives(nodeCrypto);
 const viaWebCrypto = cryptoPrimitives(undefined);
 
-Deno.test("crypto primitives: the runtime's are node:crypto's (Deno has it built in)", async () => {
+Deno.test("crypto primitives: the runtime's are node:crypto's (Deno has it built in)", () => {
   assert.equal(primitives.source, "node:crypto");
   assert.equal(viaWebCrypto.source, "WebCrypto");
 });
