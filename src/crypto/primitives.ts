@@ -60,9 +60,10 @@ export function cryptoPrimitives(nodeCrypto: typeof NodeCrypto | undefined): Cry
     source: "node:crypto",
     sha256: sync((data) => fresh(nodeCrypto.createHash("sha256").update(data).digest())),
     hmacSha256: sync((key, data) => fresh(nodeCrypto.createHmac("sha256", key).update(data).digest())),
-    hkdfSha256: sync((ikm, salt, info, length) =>
-      new Uint8Array(nodeCrypto.hkdfSync("sha256", ikm, salt, info, length))
-    ),
+    hkdfSha256: (ikm, salt, info, length) =>
+      info.length > NODE_HKDF_MAX_INFO_BYTES
+        ? webCryptoPrimitives.hkdfSha256(ikm, salt, info, length)
+        : Promise.try(() => new Uint8Array(nodeCrypto.hkdfSync("sha256", ikm, salt, info, length))),
     aes256GcmEncrypt: sync((key, iv, additionalData, plaintext) => {
       const cipher = nodeCrypto.createCipheriv("aes-256-gcm", key, iv);
       cipher.setAAD(additionalData);
@@ -77,6 +78,12 @@ export function cryptoPrimitives(nodeCrypto: typeof NodeCrypto | undefined): Cry
     }),
   };
 }
+
+/**
+ * The most `info` `node:crypto`'s `hkdfSync` takes; RFC 5869 and WebCrypto
+ * have no such bound, and a key service key ID can be longer.
+ */
+const NODE_HKDF_MAX_INFO_BYTES = 1024;
 
 const webCryptoPrimitives: CryptoPrimitives = {
   source: "WebCrypto",

@@ -1,13 +1,12 @@
 /**
- * HKDF-SHA256 (RFC 5869) key derivation, with `node:crypto`'s synchronous
- * `hkdfSync`: the key service derives a key per call, and WebCrypto's two
- * calls (import, derive) each went to the runtime's thread pool and back,
- * which cost more than the derivation itself (servers only: this module is
- * not part of the browser console).
+ * HKDF-SHA256 (RFC 5869) key derivation, synchronous in Deno
+ * (`src/crypto/primitives.ts`): the key service derives a key per call, and
+ * WebCrypto's two calls (import, derive) each went to the runtime's thread
+ * pool and back, which cost more than the derivation itself.
  *
  * @module
  */
-import { hkdfSync } from "node:crypto";
+import { primitives } from "../crypto/primitives.ts";
 import { KmsError } from "./errors.ts";
 
 /** The largest key HKDF-SHA256 can derive: 255 blocks of 32 bytes. */
@@ -34,8 +33,11 @@ export function deriveKey(
 ): Promise<Uint8Array<ArrayBuffer>> {
   return Promise.try(() => {
     checkKeyLength(length);
-    return new Uint8Array(
-      hkdfSync("sha256", secret, salt, typeof info === "string" ? encoder.encode(info) : info, length),
+    return primitives.hkdfSha256(
+      secret,
+      salt,
+      typeof info === "string" ? encoder.encode(info) : info,
+      length,
     );
   });
 }

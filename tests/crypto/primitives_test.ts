@@ -31,6 +31,17 @@ Deno.test("crypto primitives: node:crypto and WebCrypto give the same bytes", as
   }
 });
 
+Deno.test("crypto primitives: HKDF with more info than node:crypto's hkdfSync takes (1024 bytes)", async () => {
+  const ikm = crypto.getRandomValues(new Uint8Array(32));
+  for (const size of [1024, 1025, 10_000]) {
+    const info = crypto.getRandomValues(new Uint8Array(size));
+    assert.deepEqual(
+      await viaNode.hkdfSha256(ikm, ikm, info, 32),
+      await viaWebCrypto.hkdfSha256(ikm, ikm, info, 32),
+    );
+  }
+});
+
 Deno.test("crypto primitives: known answers (FIPS 180-2, RFC 4231, RFC 5869)", async () => {
   for (const p of [viaNode, viaWebCrypto]) {
     assert.equal(
