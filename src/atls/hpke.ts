@@ -4,11 +4,11 @@
  *
  * The attester generates a fresh key pair per exchange and binds its
  * 32-byte public key into its evidence; the verifier seals the response to
- * that key. Runs on WebCrypto only (Deno and browsers).
+ * that key. Runs in Deno and in browsers.
  *
  * Key generation and opening use `@hpke/core`. Sealing, which a join
- * service does for every ticket, is written out on WebCrypto in
- * `hpke_seal.ts` (RFC 9180 §4.1, §5.1, §5.2) for speed. The tests check it
+ * service does for every ticket, is written out in `hpke_seal.ts`
+ * (RFC 9180 §4.1, §5.1, §5.2) for speed. The tests check it
  * against vectors derived from RFC 9180 Appendix A.1 and open what it seals
  * with `@hpke/core`.
  *

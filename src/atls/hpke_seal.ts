@@ -11,11 +11,14 @@
  * and `info` would reuse the AES-GCM key and nonce).
  *
  * `@hpke/core` makes about twenty WebCrypto calls per seal, each with its
- * own overhead in the runtime; this makes eleven, and computes the parts
- * that depend on nothing but the suite once.
+ * own overhead in the runtime; here the X25519 steps are three WebCrypto
+ * calls, the key schedule and the AEAD are `src/crypto/primitives.ts`'s
+ * (synchronous `node:crypto` in Deno, WebCrypto in a browser), and the
+ * parts that depend on nothing but the suite are computed once.
  *
  * @module
  */
+import { primitives } from "../crypto/primitives.ts";
 import type { SealBinding, SealedBytes } from "./hpke.ts";
 
 /** Length of a serialized X25519 public key and of the encapsulated key (`Npk`, `Nenc`). */
@@ -71,10 +74,8 @@ export async function sealWithEphemeralKey(
   if (dh.every((byte) => byte === 0)) throw lowOrderPoint();
   // shared_secret = LabeledExpand(LabeledExtract("", "eae_prk", dh), "shared_secret", enc ‖ pkR, 32):
   // one HKDF with an empty salt.
-  const sharedSecret = await hkdf(
-    await crypto.subtle.importKey("raw", labeledIkm(KEM_SUITE_ID, "eae_prk", dh), "HKDF", false, [
-      "deriveBits",
-    ]),
+  const sharedSecret = await primitives.hkdfSha256(
+    labeledIkm(KEM_SUITE_ID, "eae_prk", dh),
     new Uint8Array(),
     labeledInfo(KEM_SUITE_ID, "shared_secret", concat(encapsulatedKey, pkR), 32),
     32,
@@ -86,29 +87,23 @@ export async function sealWithEphemeralKey(
     await pskIdHash,
     await labeledExtract("info_hash", info),
   );
-  const secretIkm = await secretIkmKey;
   const [key, baseNonce] = await Promise.all([
-    hkdf(
-      secretIkm,
+    primitives.hkdfSha256(
+      SECRET_IKM,
       sharedSecret,
       labeledInfo(HPKE_SUITE_ID, "key", context, AES_256_KEY_LENGTH),
       AES_256_KEY_LENGTH,
     ),
-    hkdf(
-      secretIkm,
+    primitives.hkdfSha256(
+      SECRET_IKM,
       sharedSecret,
       labeledInfo(HPKE_SUITE_ID, "base_nonce", context, NONCE_LENGTH),
       NONCE_LENGTH,
     ),
   ]);
   // Single shot (§6.1): the first message's nonce is base_nonce XOR seq with seq 0, base_nonce itself.
-  const aead = await crypto.subtle.importKey("raw", key, "AES-GCM", false, ["encrypt"]);
-  const ciphertext = await crypto.subtle.encrypt(
-    { name: "AES-GCM", iv: baseNonce, additionalData: aad },
-    aead,
-    message,
-  );
-  return { encapsulatedKey, ciphertext: new Uint8Array(ciphertext) };
+  const ciphertext = await primitives.aes256GcmEncrypt(key, baseNonce, aad, message);
+  return { encapsulatedKey, ciphertext };
 }
 
 function lowOrderPoint(): RangeError {
@@ -131,33 +126,15 @@ const HPKE_SUITE_ID = concat(
 );
 
 /** The HKDF-Extract key of an empty salt: HMAC-SHA256 pads any key to its block with zeros. */
-const emptySaltKey = crypto.subtle.importKey(
-  "raw",
-  new Uint8Array(32),
-  { name: "HMAC", hash: "SHA-256" },
-  false,
-  [
-    "sign",
-  ],
-);
+const EMPTY_SALT = new Uint8Array(32);
 /** psk_id_hash of base mode (no PSK ID): the same for every seal. */
 const pskIdHash = labeledExtract("psk_id_hash", new Uint8Array());
-/** LabeledExtract's input for `secret` in base mode (empty PSK), as an HKDF key: the same for every seal. */
-const secretIkmKey = crypto.subtle.importKey(
-  "raw",
-  labeledIkm(HPKE_SUITE_ID, "secret", new Uint8Array()),
-  "HKDF",
-  false,
-  [
-    "deriveBits",
-  ],
-);
+/** LabeledExtract's input for `secret` in base mode (empty PSK): the same for every seal. */
+const SECRET_IKM = labeledIkm(HPKE_SUITE_ID, "secret", new Uint8Array());
 
 /** LabeledExtract("", label, ikm) of the whole suite: HMAC-SHA256 under the empty salt. */
-async function labeledExtract(label: string, ikm: Uint8Array): Promise<Uint8Array<ArrayBuffer>> {
-  return new Uint8Array(
-    await crypto.subtle.sign("HMAC", await emptySaltKey, labeledIkm(HPKE_SUITE_ID, label, ikm)),
-  );
+function labeledExtract(label: string, ikm: Uint8Array): Promise<Uint8Array<ArrayBuffer>> {
+  return primitives.hmacSha256(EMPTY_SALT, labeledIkm(HPKE_SUITE_ID, label, ikm));
 }
 
 /** labeled_ikm = "HPKE-v1" ‖ suite_id ‖ label ‖ ikm. */
@@ -178,18 +155,6 @@ function labeledInfo(
     suiteId,
     new TextEncoder().encode(label),
     info,
-  );
-}
-
-/** HKDF-SHA256 (Extract with `salt`, then Expand with `info`) of the key material `ikm`, `length` bytes. */
-async function hkdf(
-  ikm: CryptoKey,
-  salt: Uint8Array<ArrayBuffer>,
-  info: Uint8Array<ArrayBuffer>,
-  length: number,
-): Promise<Uint8Array<ArrayBuffer>> {
-  return new Uint8Array(
-    await crypto.subtle.deriveBits({ name: "HKDF", hash: "SHA-256", salt, info }, ikm, length * 8),
   );
 }
 

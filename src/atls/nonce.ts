@@ -13,6 +13,7 @@
  * @module
  */
 import type { Clock } from "../clock.ts";
+import { equalInConstantTime, primitives } from "../crypto/primitives.ts";
 import { ExchangeError } from "./errors.ts";
 
 /** Version byte of the nonce format. */
@@ -75,7 +76,7 @@ function positiveInteger(name: string, value: number): number {
  * room frees as tracked nonces expire (within one lifetime).
  */
 export class ChallengeNonces {
-  readonly #key: Promise<CryptoKey>;
+  readonly #key: Uint8Array;
   readonly #clock: Clock;
   readonly #lifetimeMs: number;
   readonly #maxTracked: number;
@@ -98,13 +99,7 @@ export class ChallengeNonces {
     if (!Number.isSafeInteger(this.#maxClockSkewMs) || this.#maxClockSkewMs < 0) {
       throw new RangeError("maxClockSkewMs must be a non-negative integer");
     }
-    this.#key = crypto.subtle.importKey(
-      "raw",
-      new Uint8Array(options.key),
-      { name: "HMAC", hash: "SHA-256" },
-      false,
-      ["sign", "verify"],
-    );
+    this.#key = new Uint8Array(options.key);
   }
 
   /** How many consumed nonces are remembered right now. */
@@ -121,7 +116,7 @@ export class ChallengeNonces {
     view.setBigUint64(1, BigInt(expiresAt));
     crypto.getRandomValues(nonce.subarray(9, BODY_LENGTH));
     const body = nonce.slice(0, BODY_LENGTH);
-    nonce.set(new Uint8Array(await crypto.subtle.sign("HMAC", await this.#key, body)), BODY_LENGTH);
+    nonce.set(await primitives.hmacSha256(this.#key, body), BODY_LENGTH);
     return { nonce, expiresAt };
   }
 
@@ -142,7 +137,7 @@ export class ChallengeNonces {
     }
     const body = nonce.slice(0, BODY_LENGTH);
     const tag = nonce.slice(BODY_LENGTH);
-    if (!await crypto.subtle.verify("HMAC", await this.#key, tag, body)) {
+    if (!equalInConstantTime(await primitives.hmacSha256(this.#key, body), tag)) {
       throw new ExchangeError("nonce-bad-mac", "nonce was not issued by this verifier (MAC does not verify)");
     }
     // From here on no await: checking and recording the nonce is atomic.

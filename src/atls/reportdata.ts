@@ -12,6 +12,7 @@
  *
  * @module
  */
+import { primitives } from "../crypto/primitives.ts";
 
 /** Domain-separation label of the protocol. */
 export const EXCHANGE_LABEL = "constellation-ts attested exchange";
@@ -73,9 +74,9 @@ class FieldEncoder {
   }
 }
 
-/** SHA-256 of `data`. */
-export async function sha256(data: Uint8Array<ArrayBuffer>): Promise<Uint8Array<ArrayBuffer>> {
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", data));
+/** SHA-256 of `data` (`src/crypto/primitives.ts`). */
+export function sha256(data: Uint8Array<ArrayBuffer>): Promise<Uint8Array<ArrayBuffer>> {
+  return primitives.sha256(data);
 }
 
 /** The inputs bound into the report data. */

@@ -20,6 +20,7 @@
  *
  * @module
  */
+import { primitives } from "../crypto/primitives.ts";
 import { bytesEqual, type Measurement, type Measurements } from "./attestation.ts";
 
 /** Highest accepted measurement index (TPM 2.0 PCR 23). */
@@ -153,12 +154,12 @@ export function marshalMeasurements(measurements: Measurements): string {
 
 /**
  * Lower-case hex SHA-256 of {@linkcode marshalMeasurements}: identifies a set
- * of measurements in status output and audit logs (WebCrypto: the browser
- * console computes the same digest).
+ * of measurements in status output and audit logs (the browser console
+ * computes the same digest, with WebCrypto).
  */
 export async function measurementsDigest(measurements: Measurements): Promise<string> {
   const canonical = new TextEncoder().encode(marshalMeasurements(measurements));
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", canonical)).toHex();
+  return (await primitives.sha256(canonical)).toHex();
 }
 
 /** What changed between two measurement maps, as sorted indices. */

@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { primitives } from "../crypto/primitives.ts";
 import { SharedLoad } from "../async/shared_load.ts";
 import type { Clock } from "../clock.ts";
 import type { CustomResource, KubernetesClient } from "../kubernetes/client.ts";
@@ -136,7 +137,7 @@ export function encodeComponents(components: readonly KubernetesComponent[]): st
 /** `"sha256:"` + hex SHA-256 of every component's hash string concatenated in list order. */
 export async function componentsHash(components: readonly KubernetesComponent[]): Promise<string> {
   const concatenated = new TextEncoder().encode(components.map((c) => c.hash).join(""));
-  return `sha256:${new Uint8Array(await crypto.subtle.digest("SHA-256", concatenated)).toHex()}`;
+  return `sha256:${(await primitives.sha256(concatenated)).toHex()}`;
 }
 
 /** The components ConfigMap's name: `k8s-components-sha256-<hex>` ({@linkcode componentsHash}, `:` → `-`). */

@@ -31,6 +31,7 @@
  *
  * @module
  */
+import { primitives } from "../crypto/primitives.ts";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { trusts, type Verification } from "../attestation/attestation.ts";
@@ -506,5 +507,5 @@ async function allInOrder<T extends readonly unknown[] | []>(promises: T) {
 async function reportedMeasurementsDigest(verification: Verification): Promise<string> {
   const entries = Object.entries(verification.measurements).sort(([a], [b]) => Number(a) - Number(b));
   const canonical = new TextEncoder().encode(JSON.stringify(Object.fromEntries(entries)));
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", canonical)).toHex();
+  return (await primitives.sha256(canonical)).toHex();
 }

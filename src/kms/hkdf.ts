@@ -1,8 +1,12 @@
 /**
- * HKDF-SHA256 (RFC 5869) key derivation on WebCrypto.
+ * HKDF-SHA256 (RFC 5869) key derivation, synchronous in Deno
+ * (`src/crypto/primitives.ts`): the key service derives a key per call, and
+ * WebCrypto's two calls (import, derive) each went to the runtime's thread
+ * pool and back, which cost more than the derivation itself.
  *
  * @module
  */
+import { primitives } from "../crypto/primitives.ts";
 import { KmsError } from "./errors.ts";
 
 /** The largest key HKDF-SHA256 can derive: 255 blocks of 32 bytes. */
@@ -21,26 +25,21 @@ const encoder = new TextEncoder();
  * @throws {KmsError} `invalid-length` unless `length` is an integer from 1 to
  * {@linkcode MAX_DERIVED_KEY_LENGTH}.
  */
-export async function deriveKey(
+export function deriveKey(
   secret: Uint8Array,
   salt: Uint8Array,
   info: string | Uint8Array,
   length: number,
 ): Promise<Uint8Array<ArrayBuffer>> {
-  checkKeyLength(length);
-  // Copies: WebCrypto wants buffers it owns (Uint8Array<ArrayBuffer>), never a shared or resizable one.
-  const key = await crypto.subtle.importKey("raw", new Uint8Array(secret), "HKDF", false, ["deriveBits"]);
-  const bits = await crypto.subtle.deriveBits(
-    {
-      name: "HKDF",
-      hash: "SHA-256",
-      salt: new Uint8Array(salt),
-      info: typeof info === "string" ? encoder.encode(info) : new Uint8Array(info),
-    },
-    key,
-    length * 8,
-  );
-  return new Uint8Array(bits);
+  return Promise.try(() => {
+    checkKeyLength(length);
+    return primitives.hkdfSha256(
+      secret,
+      salt,
+      typeof info === "string" ? encoder.encode(info) : info,
+      length,
+    );
+  });
 }
 
 /**

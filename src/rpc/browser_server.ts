@@ -70,6 +70,7 @@ export async function serveBrowserRpc(options: BrowserRpcOptions): Promise<RpcSe
     contextValues: (req) => createContextValues().set(peerAddressKey, req.socket?.remoteAddress ?? "unknown"),
     maxRequestBytesPerConnection: limits.maxRequestBytesPerConnection,
     maxRequestBytesInFlight: limits.maxRequestBytesInFlight,
+    maxCallsInProgress: limits.maxCallsInProgress,
     requestTimeoutMs: limits.requestTimeoutMs,
     onResponseError: options.onResponseError,
   });

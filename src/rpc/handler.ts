@@ -1,9 +1,22 @@
 /**
  * The request handler behind `serveRpc`: Connect's routing and protocols
  * (gRPC, gRPC-Web, Connect) over `node:http2` / `node:http` requests, with
- * two bounds the runtime does not give: request-body bytes buffered at once
- * (per connection and over all connections), and a deadline for each call
- * from its headers to the end of its response.
+ * three bounds the runtime does not give: request-body bytes buffered at
+ * once (per connection and over all connections), a deadline for each call
+ * from its headers to the end of its response, and how many unary calls
+ * Connect works on at once (`maxCallsInProgress`).
+ *
+ * Why the last one: a call Connect has taken up holds far more memory than
+ * its request (Connect's pipeline of async iterators, the handler context,
+ * the service's own state), and under a burst every call that arrived was
+ * taken up at once. At 512 concurrent joiners the join service held ~100 KiB
+ * per waiting call and most of it lived long enough to reach V8's old
+ * generation, which then needed major collections. A unary call beyond the
+ * bound waits in arrival order with just its request body, read and counted
+ * in the byte budgets as before; it is cancelled by its deadline or its
+ * client as before (a gRPC timeout the client sent counts from when Connect
+ * takes the call up). The bound is released once the service has answered,
+ * before the answer is written, so a client that reads slowly holds none.
  *
  * It does what connect-node's `connectNodeAdapter` does, on the same public
  * pieces (`universalRequestFromNodeRequest`, `universalResponseToNodeResponse`),
@@ -21,6 +34,7 @@ import {
   createConnectRouter,
   type Interceptor,
 } from "@connectrpc/connect";
+import type { UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
   compressionBrotli,
   compressionGzip,
@@ -28,6 +42,7 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import { ByteBudget } from "../limits/byte_budget.ts";
+import { WorkPool } from "../limits/pool.ts";
 
 /** A request as either server kind delivers it. */
 export type RpcRequest = http2.Http2ServerRequest | http.IncomingMessage;
@@ -53,6 +68,8 @@ export interface RpcHandlerOptions {
   maxRequestBytesInFlight: number;
   /** Deadline of one call, from its headers to the end of its response. */
   requestTimeoutMs: number;
+  /** Unary calls Connect works on at once; more wait their turn (see the module documentation). */
+  maxCallsInProgress: number;
   /** Called when a response could not be delivered for a reason other than the client going away. */
   onResponseError?: (error: unknown) => void;
 }
@@ -69,6 +86,9 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
   const inFlight = new ByteBudget(options.maxRequestBytesInFlight);
   // Keyed by the HTTP/2 session or, for HTTP/1.1, the socket: gone with the connection.
   const perConnection = new WeakMap<object, ByteBudget>();
+  // No bound of its own on waiting calls: each is an open stream (bounded by the connection limits)
+  // whose body is in the byte budgets and whose deadline runs.
+  const inProgress = new WorkPool({ concurrency: options.maxCallsInProgress, maxQueued: Infinity });
 
   return (req, res) => {
     const handler = handlers.get(req.url?.split("?", 1)[0] ?? "");
@@ -96,11 +116,72 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
       undefined,
       options.contextValues(req),
     );
-    handler({ ...request, body: held.count(request.body as AsyncIterable<Uint8Array>) })
-      .then((response) => universalResponseToNodeResponse(response, res))
-      .catch((error) => {
-        if (ConnectError.from(error).code !== Code.Aborted) options.onResponseError?.(error);
-      });
+    const body = held.count(request.body as AsyncIterable<Uint8Array>);
+    const respond = (response: Promise<UniversalServerResponse>) =>
+      response
+        .then((response) => universalResponseToNodeResponse(response, res))
+        .catch((error) => {
+          // A call whose client went away while it waited has nothing to deliver.
+          if (request.signal.aborted && !res.headersSent) return;
+          if (ConnectError.from(error).code !== Code.Aborted) options.onResponseError?.(error);
+        });
+    if (handler.method.methodKind !== "unary") {
+      respond(handler({ ...request, body }));
+      return;
+    }
+    // Only a whole body waits for its turn. One larger than any message Connect accepts, or one whose
+    // reading failed (a spent byte budget, a reset stream), goes to Connect at once, which refuses it as
+    // before.
+    respond(
+      readAhead(body, options.readMaxBytes + ENVELOPE_HEADER_BYTES).then((readBody) =>
+        readBody.whole
+          ? inProgress.run(() => handler({ ...request, body: readBody }), { signal: request.signal })
+          : handler({ ...request, body: readBody })
+      ),
+    );
+  };
+}
+
+/** A gRPC or gRPC-Web message's prefix: a flags byte and a 4-byte length. */
+const ENVELOPE_HEADER_BYTES = 5;
+
+/** A request body read ahead: the chunks so far, then the rest and any error, in their order. */
+interface ReadAheadBody extends AsyncIterable<Uint8Array> {
+  /** The body was read to its end, not only its first bytes, and reading it did not fail. */
+  readonly whole: boolean;
+}
+
+/**
+ * Reads `body` until it ends, fails, or has passed `maxBytes`; the result
+ * yields the same chunks and then fails with the same error, as `body`
+ * would have.
+ */
+async function readAhead(body: AsyncIterable<Uint8Array>, maxBytes: number): Promise<ReadAheadBody> {
+  const iterator = body[Symbol.asyncIterator]();
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  let ended = false;
+  let failure: { error: unknown } | undefined;
+  try {
+    while (bytes <= maxBytes) {
+      const next = await iterator.next();
+      if (next.done) {
+        ended = true;
+        break;
+      }
+      chunks.push(next.value);
+      bytes += next.value.byteLength;
+    }
+  } catch (error) {
+    failure = { error };
+  }
+  return {
+    whole: ended,
+    async *[Symbol.asyncIterator]() {
+      yield* chunks;
+      if (failure) throw failure.error;
+      if (!ended) yield* { [Symbol.asyncIterator]: () => iterator };
+    },
   };
 }
 

@@ -23,6 +23,11 @@ export interface ConnectionLimits {
   maxRequestBytesPerConnection: number;
   /** Request-body bytes buffered at once over all connections; a call beyond gets ResourceExhausted. */
   maxRequestBytesInFlight: number;
+  /**
+   * Unary calls the services work on at once, over all connections; more wait, in arrival order,
+   * with their request read (see `handler.ts`). Not a refusal: waiting calls keep their deadline.
+   */
+  maxCallsInProgress: number;
   /** How long a client may take for its TLS handshake. */
   handshakeTimeoutMs: number;
   /**
@@ -54,6 +59,7 @@ export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = Object.free
   maxHeaderListBytes: 16 * 1024,
   maxRequestBytesPerConnection: 4 * 1024 * 1024,
   maxRequestBytesInFlight: 64 * 1024 * 1024,
+  maxCallsInProgress: 32,
   handshakeTimeoutMs: 10_000,
   requestTimeoutMs: 30_000,
   idleTimeoutMs: 120_000,

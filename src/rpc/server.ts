@@ -3,7 +3,8 @@
  * (HTTP/2 and HTTP/1.1 through ALPN) or plaintext HTTP/2 (h2c), built to
  * survive hostile peers: the runtime's session teardown is guarded
  * (`http2_guard.ts`), and connections, streams, buffered request bytes,
- * header sizes and time are bounded ({@linkcode ConnectionLimits}).
+ * unary calls worked on at once (`handler.ts`), header sizes and time are
+ * bounded ({@linkcode ConnectionLimits}).
  * Shutdown is graceful: stop accepting, let in-flight calls finish, then
  * close.
  *
@@ -87,6 +88,7 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     },
     maxRequestBytesPerConnection: limits.maxRequestBytesPerConnection,
     maxRequestBytesInFlight: limits.maxRequestBytesInFlight,
+    maxCallsInProgress: limits.maxCallsInProgress,
     requestTimeoutMs: limits.requestTimeoutMs,
     onResponseError: options.onResponseError,
   });

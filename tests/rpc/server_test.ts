@@ -134,3 +134,130 @@ Deno.test("serveRpc cancels a call that is not finished within the request timeo
     await server.shutdown(1000);
   }
 });
+
+Deno.test("serveRpc works on at most maxCallsInProgress unary calls at once; the others wait, in order", async () => {
+  let running = 0;
+  let mostRunning = 0;
+  const started: string[] = [];
+  const release: (() => void)[] = [];
+  const server = await serveRpc({
+    routes: (router) =>
+      router.service(API, {
+        async getDataKey(request) {
+          started.push(request.dataKeyId);
+          mostRunning = Math.max(mostRunning, ++running);
+          await new Promise<void>((resolve) => release.push(resolve));
+          running--;
+          return { dataKey: new Uint8Array(1) };
+        },
+      }),
+    hostname: "127.0.0.1",
+    port: 0,
+    limits: { maxCallsInProgress: 2 },
+  });
+  try {
+    using connection = connectRpc({ baseUrl: `http://127.0.0.1:${server.address.port}` });
+    const client = createClient(API, connection.transport);
+    const calls: Promise<unknown>[] = [];
+    for (const id of ["a", "b", "c", "d"]) {
+      calls.push(client.getDataKey({ dataKeyId: id, length: 1 }));
+      // One at a time, so that they arrive in this order.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.deepEqual(started, ["a", "b"]);
+    // Each answer lets the next waiting call in.
+    while (started.length < 4 || release.length > 0) {
+      release.shift()?.();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await Promise.all(calls);
+    assert.deepEqual(started, ["a", "b", "c", "d"]);
+    assert.equal(mostRunning, 2);
+  } finally {
+    await server.shutdown(1000);
+  }
+});
+
+/**
+ * A server with room for one call in progress, and a client whose call "busy" holds it until
+ * `release()`; `started` lists the key IDs the service has taken up.
+ */
+async function serverWithBusyCall(
+  options: { readMaxBytes?: number; maxRequestBytesPerConnection?: number } = {},
+) {
+  const started: string[] = [];
+  let release = () => {};
+  const server = await serveRpc({
+    routes: (router) =>
+      router.service(API, {
+        async getDataKey(request) {
+          started.push(request.dataKeyId);
+          if (request.dataKeyId === "busy") await new Promise<void>((resolve) => release = resolve);
+          return { dataKey: new Uint8Array(1) };
+        },
+      }),
+    hostname: "127.0.0.1",
+    port: 0,
+    readMaxBytes: options.readMaxBytes,
+    limits: {
+      maxCallsInProgress: 1,
+      ...(options.maxRequestBytesPerConnection
+        ? { maxRequestBytesPerConnection: options.maxRequestBytesPerConnection }
+        : {}),
+    },
+  });
+  const connection = connectRpc({ baseUrl: `http://127.0.0.1:${server.address.port}` });
+  const client = createClient(API, connection.transport);
+  const busy = client.getDataKey({ dataKeyId: "busy", length: 1 });
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  return {
+    client,
+    started,
+    /** Lets "busy" finish and waits for its answer. */
+    release: async () => {
+      release();
+      await busy;
+    },
+    [Symbol.asyncDispose]: async () => {
+      connection.close();
+      await server.shutdown(1000);
+    },
+  };
+}
+
+Deno.test("serveRpc: a waiting call its client cancels never reaches the service", async () => {
+  await using busy = await serverWithBusyCall();
+  const controller = new AbortController();
+  const waiting = busy.client.getDataKey({ dataKeyId: "cancelled", length: 1 }, {
+    signal: controller.signal,
+  });
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  controller.abort();
+  await assert.rejects(waiting, (err) => ConnectError.from(err).code === Code.Canceled);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  await busy.release();
+  await busy.client.getDataKey({ dataKeyId: "next", length: 1 });
+  assert.deepEqual(busy.started, ["busy", "next"]);
+});
+
+Deno.test("serveRpc refuses a message over readMaxBytes at once, without waiting for a call in progress", async () => {
+  await using busy = await serverWithBusyCall({ readMaxBytes: 1024 });
+  await assert.rejects(busy.client.getDataKey({ dataKeyId: "x".repeat(4000), length: 1 }), (err) => {
+    const error = ConnectError.from(err);
+    assert.equal(Code[error.code], "ResourceExhausted");
+    assert.match(error.rawMessage, /readMaxBytes/);
+    return true;
+  });
+  await busy.release();
+});
+
+Deno.test("serveRpc refuses a call over its connection's byte budget at once, without waiting for a call in progress", async () => {
+  await using busy = await serverWithBusyCall({ maxRequestBytesPerConnection: 1024 });
+  await assert.rejects(busy.client.getDataKey({ dataKeyId: "x".repeat(2000), length: 1 }), (err) => {
+    const error = ConnectError.from(err);
+    assert.equal(Code[error.code], "ResourceExhausted");
+    assert.match(error.rawMessage, /too many request bytes in flight/);
+    return true;
+  });
+  await busy.release();
+});

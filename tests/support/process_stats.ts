@@ -35,7 +35,7 @@ const USER_HZ = 100;
  * (`utime + stime` of /proc/<pid>/stat; 10 ms resolution).
  */
 export async function processCpuSeconds(pid: number): Promise<number> {
-  return await statSeconds(pid, [14, 15], "CPU times");
+  return statSeconds(await readProc(pid, "stat"), [14, 15]);
 }
 
 /**
@@ -44,17 +44,56 @@ export async function processCpuSeconds(pid: number): Promise<number> {
  * `Deno.pid`, what the processes it started and saw end have used in all.
  */
 export async function childrenCpuSeconds(pid: number): Promise<number> {
-  return await statSeconds(pid, [16, 17], "children's CPU times");
+  return statSeconds(await readProc(pid, "stat"), [16, 17]);
 }
 
-/** The sum of /proc/<pid>/stat's tick fields `numbers` (numbered as in proc(5)), in seconds. */
-async function statSeconds(pid: number, numbers: number[], what: string): Promise<number> {
-  const stat = await readProc(pid, "stat");
+/** `utime + stime` of one /proc `stat` line (a process's or a thread's), in seconds. */
+function statCpuSeconds(stat: string): number {
+  return statSeconds(stat, [14, 15]);
+}
+
+/** The sum of the tick fields `numbers` (numbered as in proc(5)) of one /proc `stat` line, in seconds. */
+function statSeconds(stat: string, numbers: number[]): number {
   // Fields after the command name, which is in parentheses and may contain spaces, start with field 3.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   const ticks = numbers.reduce((sum, number) => sum + Number(fields[number - 3]), 0);
-  if (!Number.isFinite(ticks)) throw new Error(`no ${what} for process ${pid}`);
+  if (!Number.isFinite(ticks)) throw new Error(`no CPU times in ${stat.slice(0, stat.indexOf(" "))}'s stat`);
   return ticks / USER_HZ;
+}
+
+/** CPU seconds of a process's threads, by what runs on them. */
+export interface ThreadCpuSeconds {
+  /** The main thread: the JavaScript event loop, V8's work on it included (its share of garbage collection). */
+  main: number;
+  /** V8's worker threads ("V8 DefaultWorke"): concurrent and parallel garbage collection, compilation. */
+  v8Workers: number;
+  /**
+   * Every other thread, those that ended included (the runtime's thread pool: WebCrypto,
+   * blocking file and DNS calls).
+   */
+  others: number;
+}
+
+/**
+ * `pid`'s CPU seconds by thread kind. A thread that has ended no longer has a
+ * /proc entry, but its time stays in the process's total, so `others` is the
+ * total less the main thread and V8's workers.
+ */
+export async function processThreadCpuSeconds(pid: number): Promise<ThreadCpuSeconds> {
+  const [total, tasks] = await Promise.all([
+    processCpuSeconds(pid),
+    runCat(["sh", "-c", `cat /proc/${pid}/task/*/stat`], `/proc/${pid}/task/*/stat`),
+  ]);
+  let main = 0;
+  let v8Workers = 0;
+  for (const stat of tasks.split("\n")) {
+    if (!stat) continue;
+    const seconds = statCpuSeconds(stat);
+    const tid = Number(stat.slice(0, stat.indexOf(" ")));
+    if (tid === pid) main += seconds;
+    else if (stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")).startsWith("V8 ")) v8Workers += seconds;
+  }
+  return { main, v8Workers, others: Math.max(0, total - main - v8Workers) };
 }
 
 /**
@@ -85,13 +124,18 @@ function readProc(pid: number, file: "status" | "stat"): Promise<string> {
   return readProcFile(`/proc/${pid}/${file}`);
 }
 
-async function readProcFile(path: string): Promise<string> {
-  const { stdout, success } = await new Deno.Command("cat", {
-    args: [path],
+function readProcFile(path: string): Promise<string> {
+  return runCat(["cat", path], path);
+}
+
+/** Runs `command` (cat, or sh for a glob) and returns what it printed; `what` names it in an error. */
+async function runCat([command, ...args]: string[], what: string): Promise<string> {
+  const { stdout, success } = await new Deno.Command(command, {
+    args,
     clearEnv: true,
     stdout: "piped",
     stderr: "null",
   }).output();
-  if (!success) throw new Error(`cannot read ${path}`);
+  if (!success) throw new Error(`cannot read ${what}`);
   return new TextDecoder().decode(stdout);
 }

@@ -32,6 +32,7 @@
  *
  * @module
  */
+import { primitives } from "../../crypto/primitives.ts";
 import { AttestationError, MAX_EVIDENCE_DOCUMENT_BYTES } from "../attestation.ts";
 import { TpmParseError } from "./reader.ts";
 import {
@@ -155,7 +156,7 @@ export async function pcrDigest(pcrs: ReadonlyMap<number, Uint8Array>): Promise<
     concatenated.set(value, offset);
     offset += value.length;
   }
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", concatenated));
+  return await primitives.sha256(concatenated);
 }
 
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;

@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { primitives } from "../../crypto/primitives.ts";
 import { ByteReader } from "./reader.ts";
 
 /** TPM algorithm identifiers used here (`TPM_ALG_ID`). */
@@ -250,5 +251,5 @@ function fixedLength(r: ByteReader, value: Uint8Array<ArrayBuffer>, name: string
  * without its `000b` prefix, as `tpm2_readpublic` prints it.
  */
 export async function publicKeyDigest(publicKey: TpmPublic): Promise<string> {
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", publicKey.tpmtPublic)).toHex();
+  return (await primitives.sha256(publicKey.tpmtPublic)).toHex();
 }
