@@ -45,9 +45,6 @@ export interface CryptoPrimitives {
   ): Promise<Uint8Array<ArrayBuffer>>;
 }
 
-/** The primitives of this runtime: `node:crypto`'s when it has them, WebCrypto's otherwise. */
-export const primitives: CryptoPrimitives = cryptoPrimitives(builtinNodeCrypto());
-
 /**
  * The primitives over `nodeCrypto`, or over WebCrypto when it is undefined
  * (exported so that tests compare the two).
@@ -123,6 +120,13 @@ const webCryptoPrimitives: CryptoPrimitives = {
     );
   },
 };
+
+/**
+ * The primitives of this runtime: `node:crypto`'s when it has them, WebCrypto's otherwise. Declared after
+ * {@linkcode webCryptoPrimitives}: a bundle turns `const` into `var`, so reading it earlier gives undefined
+ * where a browser needs it, not an error.
+ */
+export const primitives: CryptoPrimitives = cryptoPrimitives(builtinNodeCrypto());
 
 /**
  * Whether `a` and `b` hold the same bytes, in a time that depends only on
