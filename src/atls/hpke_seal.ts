@@ -18,6 +18,7 @@
  *
  * @module
  */
+import { concatBytes } from "../bytes/concat.ts";
 import { primitives } from "../crypto/primitives.ts";
 import type { SealBinding, SealedBytes } from "./hpke.ts";
 
@@ -77,12 +78,12 @@ export async function sealWithEphemeralKey(
   const sharedSecret = await primitives.hkdfSha256(
     labeledIkm(KEM_SUITE_ID, "eae_prk", dh),
     new Uint8Array(),
-    labeledInfo(KEM_SUITE_ID, "shared_secret", concat(encapsulatedKey, pkR), 32),
+    labeledInfo(KEM_SUITE_ID, "shared_secret", concatBytes(encapsulatedKey, pkR), 32),
     32,
   );
   // KeySchedule (§5.1), base mode: key and base_nonce are LabeledExpand(secret, …), where
   // secret = LabeledExtract(shared_secret, "secret", "") — an HKDF salted with the shared secret.
-  const context = concat(
+  const context = concatBytes(
     Uint8Array.of(MODE_BASE),
     await pskIdHash,
     await labeledExtract("info_hash", info),
@@ -118,9 +119,9 @@ const AES_256_KEY_LENGTH = 32;
 const NONCE_LENGTH = 12;
 const HPKE_VERSION = new TextEncoder().encode("HPKE-v1");
 /** suite_id of the KEM: "KEM" ‖ I2OSP(0x0020, 2), DHKEM(X25519, HKDF-SHA256). */
-const KEM_SUITE_ID = concat(new TextEncoder().encode("KEM"), Uint8Array.of(0x00, 0x20));
+const KEM_SUITE_ID = concatBytes(new TextEncoder().encode("KEM"), Uint8Array.of(0x00, 0x20));
 /** suite_id of the whole suite: "HPKE" ‖ KEM 0x0020 ‖ KDF 0x0001 (HKDF-SHA256) ‖ AEAD 0x0002 (AES-256-GCM). */
-const HPKE_SUITE_ID = concat(
+const HPKE_SUITE_ID = concatBytes(
   new TextEncoder().encode("HPKE"),
   Uint8Array.of(0x00, 0x20, 0x00, 0x01, 0x00, 0x02),
 );
@@ -139,7 +140,7 @@ function labeledExtract(label: string, ikm: Uint8Array): Promise<Uint8Array<Arra
 
 /** labeled_ikm = "HPKE-v1" ‖ suite_id ‖ label ‖ ikm. */
 function labeledIkm(suiteId: Uint8Array, label: string, ikm: Uint8Array): Uint8Array<ArrayBuffer> {
-  return concat(HPKE_VERSION, suiteId, new TextEncoder().encode(label), ikm);
+  return concatBytes(HPKE_VERSION, suiteId, new TextEncoder().encode(label), ikm);
 }
 
 /** labeled_info = I2OSP(length, 2) ‖ "HPKE-v1" ‖ suite_id ‖ label ‖ info. */
@@ -149,21 +150,11 @@ function labeledInfo(
   info: Uint8Array,
   length: number,
 ): Uint8Array<ArrayBuffer> {
-  return concat(
+  return concatBytes(
     Uint8Array.of(length >> 8, length & 0xff),
     HPKE_VERSION,
     suiteId,
     new TextEncoder().encode(label),
     info,
   );
-}
-
-function concat(...parts: Uint8Array[]): Uint8Array<ArrayBuffer> {
-  const out = new Uint8Array(parts.reduce((length, part) => length + part.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    out.set(part, offset);
-    offset += part.length;
-  }
-  return out;
 }

@@ -12,6 +12,7 @@
  *
  * @module
  */
+import { concatBytes } from "../bytes/concat.ts";
 import { runTool, stderrExcerpt, ToolError } from "../os/run_tool.ts";
 
 /** Units whose journal is collected by default. */
@@ -76,7 +77,7 @@ export class JournalLogs {
     if (this.#fallbackFile === undefined) return encode(`-- no logs: ${journal} --\n`);
     const tail = await readTail(this.#fallbackFile, this.#maxBytes);
     if (typeof tail === "string") return encode(`-- no logs: ${journal}; ${tail} --\n`);
-    return concat(encode(`-- ${journal}; showing ${this.#fallbackFile} --\n`), tail);
+    return concatBytes(encode(`-- ${journal}; showing ${this.#fallbackFile} --\n`), tail);
   }
 
   /** The journal's bounded output, or why there is none. */
@@ -146,11 +147,4 @@ function tail(bytes: Uint8Array, maxBytes: number): Uint8Array {
 
 function encode(text: string): Uint8Array {
   return new TextEncoder().encode(text);
-}
-
-function concat(head: Uint8Array, rest: Uint8Array): Uint8Array {
-  const joined = new Uint8Array(head.length + rest.length);
-  joined.set(head);
-  joined.set(rest, head.length);
-  return joined;
 }

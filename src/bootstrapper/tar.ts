@@ -14,6 +14,7 @@
  *
  * @module
  */
+import { concatBytes } from "../bytes/concat.ts";
 import { ReasonError } from "../reason_error.ts";
 
 /** Entry types, by tar type flag. */
@@ -246,7 +247,7 @@ class BlockReader {
         throw new TarError("malformed", `the archive does not decompress: ${(error as Error).message}`);
       }
       if (result.done) this.#done = true;
-      else this.#buffer = concat(this.#buffer, result.value);
+      else this.#buffer = this.#buffer.length === 0 ? result.value : concatBytes(this.#buffer, result.value);
     }
     if (this.#buffer.length === 0 && n > 0) return undefined;
     if (this.#buffer.length < n) throw new TarError("malformed", "the archive is truncated");
@@ -272,12 +273,4 @@ class BlockReader {
   async cancel(): Promise<void> {
     await this.#reader.cancel().catch(() => {});
   }
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  if (a.length === 0) return b;
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
-  return out;
 }

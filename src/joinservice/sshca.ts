@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { concatBytes } from "../bytes/concat.ts";
 import { ReasonError } from "../reason_error.ts";
 import { SharedLoad } from "../async/shared_load.ts";
 import { type Clock, systemClock } from "../clock.ts";
@@ -268,13 +269,7 @@ function quote(value: string | undefined): string {
 // --- SSH wire format (RFC 4251 §5) ---
 
 function encodeSsh(parts: Uint8Array[]): Uint8Array<ArrayBuffer> {
-  const result = new Uint8Array(parts.reduce((sum, p) => sum + p.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    result.set(part, offset);
-    offset += part.length;
-  }
-  return result;
+  return concatBytes(...parts);
 }
 
 function uint32(value: number): Uint8Array {

@@ -50,7 +50,7 @@
  *
  * @module
  */
-import { dirname } from "node:path";
+import { writeResults } from "./results.ts";
 import { buildComponent, type Component } from "../../scripts/build.ts";
 import { CONSOLE_LISTENING } from "../../src/console/main.ts";
 import { parseCount, parseFlags } from "../../src/flags/flags.ts";
@@ -299,29 +299,20 @@ try {
   );
   console.log(`  (! over the target of ${TARGET_RATIO}×)`);
 
-  await Deno.mkdir(dirname(flags.out), { recursive: true });
-  await Deno.writeTextFile(
-    flags.out,
-    JSON.stringify(
-      {
-        date: new Date().toISOString(),
-        machine: {
-          os: Deno.build.os,
-          cores: navigator.hardwareConcurrency,
-          deno: Deno.version.deno,
-          loadAverageAtStart,
-          loadAverageAtEnd,
-        },
-        rounds,
-        targetRatio: TARGET_RATIO,
-        ready: Object.fromEntries(targets.map((t) => [t.name, t.ready ? String(t.ready) : "exit 0"])),
-        results,
-      },
-      null,
-      2,
-    ) + "\n",
-  );
-  console.log(`figures written to ${flags.out}`);
+  await writeResults(flags.out, {
+    date: new Date().toISOString(),
+    machine: {
+      os: Deno.build.os,
+      cores: navigator.hardwareConcurrency,
+      deno: Deno.version.deno,
+      loadAverageAtStart,
+      loadAverageAtEnd,
+    },
+    rounds,
+    targetRatio: TARGET_RATIO,
+    ready: Object.fromEntries(targets.map((t) => [t.name, t.ready ? String(t.ready) : "exit 0"])),
+    results,
+  });
 } finally {
   await stack.disposeAsync();
 }

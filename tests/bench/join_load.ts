@@ -50,7 +50,7 @@
  *
  * @module
  */
-import { dirname } from "node:path";
+import { writeResults } from "./results.ts";
 import process from "node:process";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { generateKeyPair, seal } from "../../src/atls/hpke.ts";
@@ -292,32 +292,24 @@ console.log(
   `  ${"total".padEnd(52)} ${floor.totalMs.toFixed(3)} ms = ${(1000 / floor.totalMs).toFixed(0)}/s`,
 );
 
-await Deno.mkdir(dirname(flags.out), { recursive: true });
-await Deno.writeTextFile(
-  flags.out,
-  JSON.stringify(
-    {
-      date: new Date().toISOString(),
-      machine: {
-        os: Deno.build.os,
-        cores: navigator.hardwareConcurrency,
-        deno: Deno.version.deno,
-        loadAverageAtEnd: Deno.loadavg(),
-      },
-      levels: LEVELS,
-      rounds,
-      summary,
-      joinOnceBurst: { summary: burstSummary, results: bursts },
-      targets,
-      latencyBreakdownMs: breakdown,
-      floorAtEnd: floor,
-      results,
-    },
-    null,
-    2,
-  ) + "\n",
-);
-console.log(`\nfigures written to ${flags.out}`);
+console.log();
+await writeResults(flags.out, {
+  date: new Date().toISOString(),
+  machine: {
+    os: Deno.build.os,
+    cores: navigator.hardwareConcurrency,
+    deno: Deno.version.deno,
+    loadAverageAtEnd: Deno.loadavg(),
+  },
+  levels: LEVELS,
+  rounds,
+  summary,
+  joinOnceBurst: { summary: burstSummary, results: bursts },
+  targets,
+  latencyBreakdownMs: breakdown,
+  floorAtEnd: floor,
+  results,
+});
 
 /** Prepares `level.tickets` requests, then sends them from `level.joiners` joiners, timed. */
 async function runLevel(level: { joiners: number; tickets: number }, round: number): Promise<LevelResult> {

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { concatBytes } from "../../src/bytes/concat.ts";
 
 /** The client connection preface (RFC 9113 §3.4). */
 export const PREFACE = new TextEncoder().encode("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -157,12 +158,4 @@ export function grpcMessage(message: Uint8Array): Uint8Array {
 }
 
 /** Concatenates byte arrays. */
-export function concat(...parts: Uint8Array[]): Uint8Array<ArrayBuffer> {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    out.set(part, offset);
-    offset += part.length;
-  }
-  return out;
-}
+export const concat: typeof concatBytes = concatBytes;
