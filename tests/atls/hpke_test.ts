@@ -3,6 +3,7 @@ import { Aes256Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke
 import { generateKeyPair, open, PUBLIC_KEY_LENGTH, seal } from "../../src/atls/hpke.ts";
 import { sealWithEphemeralKey } from "../../src/atls/hpke_seal.ts";
 import { sealInfo } from "../../src/atls/reportdata.ts";
+import { seededRandom } from "../support/seeded_random.ts";
 
 const text = new TextEncoder();
 const binding = { info: sealInfo("rejoin", "response"), aad: crypto.getRandomValues(new Uint8Array(32)) };
@@ -161,24 +162,13 @@ Deno.test("the seal matches fixed vectors (RFC 9180 A.1 keys, AES-256-GCM), and 
   }
 });
 
-/** A deterministic generator of test inputs (xorshift32), so a failure can be replayed from its seed. */
-function random(seed: number): (n: number) => number {
-  let state = seed || 1;
-  return (n) => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) % n;
-  };
-}
-
 function randomBytes(next: (n: number) => number, length: number): Uint8Array<ArrayBuffer> {
   return Uint8Array.from({ length }, () => next(256));
 }
 
 Deno.test("with the same ephemeral key, the seal and @hpke/core's sender give the same bytes", async () => {
   const seed = 0x5eed;
-  const next = random(seed);
+  const next = seededRandom(seed);
   for (let i = 0; i < 40; i++) {
     const recipient = await generateKeyPair();
     const ikm = randomBytes(next, 32);
@@ -200,7 +190,7 @@ Deno.test("with the same ephemeral key, the seal and @hpke/core's sender give th
 
 Deno.test("random seals of every size open with @hpke/core, and only with their own info and aad", async () => {
   const seed = 0xc0ffee;
-  const next = random(seed);
+  const next = seededRandom(seed);
   const recipient = await generateKeyPair();
   const sizes = [0, 1, 2, 11, 12, 13, 15, 16, 17, 31, 32, 33, 64, 100, 255, 256, 1024, 4095, 65536, 200_000];
   for (const [i, size] of sizes.entries()) {

@@ -50,7 +50,7 @@
  *
  * @module
  */
-import { writeResults } from "./results.ts";
+import { machineFigures, writeResults } from "./results.ts";
 import { buildComponent, type Component } from "../../scripts/build.ts";
 import { CONSOLE_LISTENING } from "../../src/console/main.ts";
 import { parseCount, parseFlags } from "../../src/flags/flags.ts";
@@ -301,13 +301,7 @@ try {
 
   await writeResults(flags.out, {
     date: new Date().toISOString(),
-    machine: {
-      os: Deno.build.os,
-      cores: navigator.hardwareConcurrency,
-      deno: Deno.version.deno,
-      loadAverageAtStart,
-      loadAverageAtEnd,
-    },
+    machine: machineFigures({ loadAverageAtStart, loadAverageAtEnd }),
     rounds,
     targetRatio: TARGET_RATIO,
     ready: Object.fromEntries(targets.map((t) => [t.name, t.ready ? String(t.ready) : "exit 0"])),

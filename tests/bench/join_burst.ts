@@ -43,7 +43,7 @@ import {
 } from "../support/join_burst.ts";
 import { withFreshCluster } from "../support/fresh_local_cluster.ts";
 import { machineCpuSeconds, processCpuSeconds } from "../support/process_stats.ts";
-import { writeResults } from "./results.ts";
+import { machineFigures, writeResults } from "./results.ts";
 
 /** The target for 1,000 nodes. */
 const TARGET_SECONDS = 20;
@@ -103,7 +103,7 @@ for (const r of results.filter((r) => r.failureMessages.length > 0)) {
 
 await writeResults(flags.out, {
   date: new Date().toISOString(),
-  machine: { os: Deno.build.os, cores: navigator.hardwareConcurrency, deno: Deno.version.deno },
+  machine: machineFigures(),
   nodes,
   retryIntervalMs,
   joinServiceFlags: ONE_ADDRESS_JOIN_SERVICE_FLAGS,

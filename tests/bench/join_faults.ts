@@ -16,10 +16,10 @@
  *
  * @module
  */
-import { dirname } from "node:path";
 import { parseCount, parseFlags, parsePositive } from "../../src/flags/flags.ts";
 import { ALL_FAULTS, type FaultOutcome, runFault } from "../support/join_faults.ts";
 import { CLEANUP_INTERVAL_MS, startFaultRun } from "../support/fault_run.ts";
+import { machineFigures, writeResults } from "./results.ts";
 
 const flags = parseFlags(Deno.args, {
   joiners: { type: "string", default: "16" },
@@ -116,36 +116,28 @@ for (const row of rows) {
   }
 }
 
-await Deno.mkdir(dirname(flags.out), { recursive: true });
-await Deno.writeTextFile(
-  flags.out,
-  JSON.stringify(
-    {
-      date: new Date().toISOString(),
-      machine: { os: Deno.build.os, cores: navigator.hardwareConcurrency, deno: Deno.version.deno },
-      settings: {
-        joiners: joinerCount,
-        windowMs,
-        tokenTtlSeconds,
-        cleanupIntervalMs: CLEANUP_INTERVAL_MS,
-      },
-      faults: rows,
-      totals: {
-        tickets: tickets.length,
-        ticketsWithoutToken: report.ticketsWithoutToken.length,
-        ticketsWithoutJoiningNode: report.ticketsWithoutJoiningNode.length,
-        orphans,
-        orphanMaxLifetimeMs: Math.max(0, ...orphanLifetimes),
-        orphansLeftAfterCleaner: left.length,
-        tokensDeletedByService: report.cleanedUp,
-        proxy: cluster.apiProxy?.counts,
-      },
-    },
-    null,
-    2,
-  ) + "\n",
-);
-console.log(`\nfigures written to ${flags.out}`);
+console.log();
+await writeResults(flags.out, {
+  date: new Date().toISOString(),
+  machine: machineFigures(),
+  settings: {
+    joiners: joinerCount,
+    windowMs,
+    tokenTtlSeconds,
+    cleanupIntervalMs: CLEANUP_INTERVAL_MS,
+  },
+  faults: rows,
+  totals: {
+    tickets: tickets.length,
+    ticketsWithoutToken: report.ticketsWithoutToken.length,
+    ticketsWithoutJoiningNode: report.ticketsWithoutJoiningNode.length,
+    orphans,
+    orphanMaxLifetimeMs: Math.max(0, ...orphanLifetimes),
+    orphansLeftAfterCleaner: left.length,
+    tokensDeletedByService: report.cleanedUp,
+    proxy: cluster.apiProxy?.counts,
+  },
+});
 if (report.ticketsWithoutToken.length > 0 || report.ticketsWithoutJoiningNode.length > 0 || left.length > 0) {
   console.error("something was lost or half-created");
   Deno.exit(1);

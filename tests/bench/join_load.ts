@@ -50,7 +50,7 @@
  *
  * @module
  */
-import { writeResults } from "./results.ts";
+import { machineFigures, writeResults } from "./results.ts";
 import process from "node:process";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { generateKeyPair, seal } from "../../src/atls/hpke.ts";
@@ -295,12 +295,7 @@ console.log(
 console.log();
 await writeResults(flags.out, {
   date: new Date().toISOString(),
-  machine: {
-    os: Deno.build.os,
-    cores: navigator.hardwareConcurrency,
-    deno: Deno.version.deno,
-    loadAverageAtEnd: Deno.loadavg(),
-  },
+  machine: machineFigures({ loadAverageAtEnd: Deno.loadavg() }),
   levels: LEVELS,
   rounds,
   summary,

@@ -28,7 +28,7 @@ import { parseCount, parseFlags, parsePositive } from "../../src/flags/flags.ts"
 import { ONE_ADDRESS_JOIN_SERVICE_FLAGS } from "../support/join_burst.ts";
 import { withFreshCluster } from "../support/fresh_local_cluster.ts";
 import { boundViolations, runJoinSoak, soakBounds, type SoakSample } from "../support/join_soak.ts";
-import { writeResults } from "./results.ts";
+import { machineFigures, writeResults } from "./results.ts";
 
 const flags = parseFlags(Deno.args, {
   minutes: { type: "string", default: "10" },
@@ -131,7 +131,7 @@ console.log(
 
 await writeResults(flags.out, {
   date: new Date().toISOString(),
-  machine: { os: Deno.build.os, cores: navigator.hardwareConcurrency, deno: Deno.version.deno },
+  machine: machineFigures(),
   settings: { minutes, ratePerSecond, tokenTtlSeconds, namePool, reuseShare, sampleIntervalMs },
   bounds,
   violations,

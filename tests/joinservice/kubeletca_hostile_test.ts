@@ -19,6 +19,7 @@ import {
   parseKubeletCa,
   signKubeletCertificate,
 } from "../../src/joinservice/kubeletca.ts";
+import { seededRandom } from "../support/seeded_random.ts";
 
 // --- building requests byte by byte ---
 
@@ -553,10 +554,7 @@ const hostile: HostileCase[] = [
   {
     label: "Ed25519 with NULL parameters (RFC 8410: absent)",
     request: async () => {
-      const keys = await crypto.subtle.generateKey({ name: "Ed25519" }, true, [
-        "sign",
-        "verify",
-      ]) as CryptoKeyPair;
+      const keys = await ed25519Keys();
       return await csr({
         keys,
         sign: { name: "Ed25519" },
@@ -569,10 +567,7 @@ const hostile: HostileCase[] = [
   {
     label: "control: Ed25519 without parameters",
     request: async () => {
-      const keys = await crypto.subtle.generateKey({ name: "Ed25519" }, true, [
-        "sign",
-        "verify",
-      ]) as CryptoKeyPair;
+      const keys = await ed25519Keys();
       return await csr({
         keys,
         sign: { name: "Ed25519" },
@@ -671,17 +666,6 @@ Deno.test("hostile CSRs end as the named rejection, never as a certificate or an
 
 // --- fuzzing ---
 
-/** A deterministic generator (xorshift32), so a failure can be replayed from its seed. */
-function random(seed: number): (n: number) => number {
-  let state = seed || 1;
-  return (n) => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) % n;
-  };
-}
-
 /** The offsets of every DER header's length byte in `bytes` (walking the elements a reader would). */
 function lengthOffsets(bytes: Uint8Array): number[] {
   const offsets: number[] = [];
@@ -708,7 +692,7 @@ function lengthOffsets(bytes: Uint8Array): number[] {
 }
 
 function mutants(valid: Uint8Array, seed: number, count: number): [string, Uint8Array][] {
-  const next = random(seed);
+  const next = seededRandom(seed);
   const out: [string, Uint8Array][] = [];
   // Every truncation.
   for (let length = 0; length < valid.length; length++) {
@@ -765,7 +749,7 @@ Deno.test("fuzz: truncated, bit-flipped and length-mutated CSRs end only in a Ku
     [
       "Ed25519 request",
       await csr({
-        keys: await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"]) as CryptoKeyPair,
+        keys: await ed25519Keys(),
         sign: { name: "Ed25519" },
         signatureAlgorithm: derSequence(derOid("1.3.101.112")),
       }),
@@ -800,7 +784,7 @@ Deno.test("fuzz: truncated, bit-flipped and length-mutated CSRs end only in a Ku
 
 Deno.test("fuzz: random bytes and random DER-looking headers end only in a KubeletCaError", async () => {
   const seed = 0xde4;
-  const next = random(seed);
+  const next = seededRandom(seed);
   for (let i = 0; i < 3000; i++) {
     const length = next(64);
     const bytes = Uint8Array.from({ length }, () => next(256));
@@ -814,3 +798,7 @@ Deno.test("fuzz: random bytes and random DER-looking headers end only in a Kubel
     assert.notEqual(reason, "signed");
   }
 });
+
+function ed25519Keys(): Promise<CryptoKeyPair> {
+  return crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"]) as Promise<CryptoKeyPair>;
+}
