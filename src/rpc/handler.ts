@@ -20,7 +20,9 @@
  *
  * It does what connect-node's `connectNodeAdapter` does, on the same public
  * pieces (`universalRequestFromNodeRequest`, `universalResponseToNodeResponse`),
- * so that the request body can be counted as it arrives.
+ * so that the request body can be counted as it arrives. A gRPC unary call
+ * with one plain binary message, what nodes send, takes a shorter path past
+ * Connect's per-call pipeline with the same answer (`grpc_unary.ts`).
  *
  * @module
  */
@@ -41,7 +43,9 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
+import { concatBytes } from "../bytes/concat.ts";
 import { ByteBudget } from "../limits/byte_budget.ts";
+import { GrpcUnaryRoutes, RESPONSE_COMPRESS_MIN_BYTES } from "./grpc_unary.ts";
 import { WorkPool } from "../limits/pool.ts";
 
 /** A request as either server kind delivers it. */
@@ -76,12 +80,19 @@ export interface RpcHandlerOptions {
 
 /** Creates the request handler; call it with each request and its response. */
 export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, res: RpcResponse) => void {
+  const acceptCompression = [compressionGzip, compressionBrotli];
   const router = createConnectRouter({
     interceptors: options.interceptors,
     readMaxBytes: options.readMaxBytes,
-    acceptCompression: [compressionGzip, compressionBrotli],
+    acceptCompression,
+    compressMinBytes: RESPONSE_COMPRESS_MIN_BYTES,
   });
-  options.routes(router);
+  const grpcUnary = new GrpcUnaryRoutes({
+    interceptors: options.interceptors ?? [],
+    readMaxBytes: options.readMaxBytes,
+    acceptCompression,
+  });
+  options.routes(grpcUnary.recording(router));
   const handlers = new Map(router.handlers.map((handler) => [handler.requestPath, handler]));
   const inFlight = new ByteBudget(options.maxRequestBytesInFlight);
   // Keyed by the HTTP/2 session or, for HTTP/1.1, the socket: gone with the connection.
@@ -133,11 +144,12 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
     // reading failed (a spent byte budget, a reset stream), goes to Connect at once, which refuses it as
     // before.
     respond(
-      readAhead(body, options.readMaxBytes + ENVELOPE_HEADER_BYTES).then((readBody) =>
-        readBody.whole
-          ? inProgress.run(() => handler({ ...request, body: readBody }), { signal: request.signal })
-          : handler({ ...request, body: readBody })
-      ),
+      readAhead(body, options.readMaxBytes + ENVELOPE_HEADER_BYTES).then((readBody) => {
+        if (!readBody.whole) return handler({ ...request, body: readBody });
+        const call = grpcUnary.prepare(handler.requestPath, request, concatBytes(...readBody.chunks)) ??
+          (() => handler({ ...request, body: readBody }));
+        return inProgress.run(call, { signal: request.signal });
+      }),
     );
   };
 }
@@ -149,6 +161,8 @@ const ENVELOPE_HEADER_BYTES = 5;
 interface ReadAheadBody extends AsyncIterable<Uint8Array> {
   /** The body was read to its end, not only its first bytes, and reading it did not fail. */
   readonly whole: boolean;
+  /** The chunks read (all of the body when it is whole). */
+  readonly chunks: readonly Uint8Array[];
 }
 
 /**
@@ -177,6 +191,7 @@ async function readAhead(body: AsyncIterable<Uint8Array>, maxBytes: number): Pro
   }
   return {
     whole: ended,
+    chunks,
     async *[Symbol.asyncIterator]() {
       yield* chunks;
       if (failure) throw failure.error;
