@@ -65,7 +65,7 @@ import {
  * The smallest response message the servers compress: none. Given to
  * Connect's router and kept by this path alike.
  */
-export const RESPONSE_COMPRESS_MIN_BYTES = Number.MAX_SAFE_INTEGER;
+export const RESPONSE_COMPRESS_MIN_BYTES: number = Number.MAX_SAFE_INTEGER;
 
 /** A gRPC message's prefix: a flags byte and a 4-byte big-endian length. */
 const ENVELOPE_HEADER_BYTES = 5;
@@ -91,6 +91,7 @@ export class GrpcUnaryRoutes {
   readonly #routes = new Map<string, UnaryRoute>();
   readonly #options: GrpcUnaryOptions;
 
+  /** No methods yet; register them through {@linkcode GrpcUnaryRoutes.recording}. */
   constructor(options: GrpcUnaryOptions) {
     this.#options = options;
   }
