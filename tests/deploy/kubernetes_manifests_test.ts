@@ -327,6 +327,21 @@ Deno.test("the key service's container: its parser's flags, the master secret mo
   assert.deepEqual(service.spec.ports.map((p) => [p.port, p.targetPort]), [[flags.port, flags.port]]);
 });
 
+Deno.test("both services keep Deno's code cache on a writable volume that outlives the container", async (t) => {
+  for (const name of ["join-service", "key-service"]) {
+    await t.step(name, () => {
+      const daemonSet = findObject(objects, "DaemonSet", name);
+      const container = onlyContainer(daemonSet);
+      assert.equal(container.securityContext?.readOnlyRootFilesystem, true);
+      const denoDir = container.env?.find((variable) => variable.name === "DENO_DIR")?.value;
+      assert.ok(denoDir, `${name}: no DENO_DIR`);
+      const { mount, volume } = volumeAt(daemonSet, denoDir);
+      assert.notEqual(mount.readOnly, true);
+      assert.ok(volume.emptyDir, `${name}: the cache is not an emptyDir`);
+    });
+  }
+});
+
 Deno.test("the join service's Role and ClusterRole grant exactly JOIN_SERVICE_API_ACCESS", () => {
   /** One line per verb: "namespace group/resource verb [names]"; namespace "*" is cluster-wide. */
   const expand = (

@@ -19,6 +19,8 @@ import { withTempDir } from "../support/temp_dir.ts";
 const SYSTEMD_DIR = `${REPO_ROOT}deploy/systemd`;
 const BOOTSTRAPPER_UNIT = "constellation-bootstrapper.service";
 const REJOIN_UNIT = "constellation-rejoin.service";
+/** systemd's cache directory (under /var/cache) where both units keep Deno's code cache. */
+const DENO_CACHE = "constellation-deno";
 
 /** A unit file: each section's keys with every value given (a key may repeat). */
 type Unit = Record<string, Record<string, string[]>>;
@@ -71,6 +73,9 @@ Deno.test("the bootstrapper unit: the original's ordering and restart policy, af
     assert.equal(bootstrapper.Service[key] ?? bootstrapper.Unit[key], undefined, `${key}: systemd's default`);
   }
   assert.deepEqual(bootstrapper.Service.EnvironmentFile, ["/run/constellation.env"]);
+  // Deno's code cache in systemd's cache directory, shared with the rejoin step (the same bundle).
+  assert.deepEqual(bootstrapper.Service.CacheDirectory, [DENO_CACHE]);
+  assert.ok(bootstrapper.Service.Environment.includes(`DENO_DIR=/var/cache/${DENO_CACHE}`));
   assert.deepEqual(bootstrapper.Install.WantedBy, ["multi-user.target"]);
 });
 
@@ -86,6 +91,8 @@ Deno.test("the rejoin unit: a one-shot before the bootstrapper, rebooting on fai
   assert.deepEqual(rejoin.Service.RemainAfterExit, ["yes"]);
   assert.equal(rejoin.Service.Restart, undefined, "it retries by itself");
   assert.deepEqual(rejoin.Service.EnvironmentFile, ["/run/constellation.env"]);
+  assert.deepEqual(rejoin.Service.CacheDirectory, [DENO_CACHE]);
+  assert.ok(rejoin.Service.Environment.includes(`DENO_DIR=/var/cache/${DENO_CACHE}`));
   assert.deepEqual(rejoin.Install.WantedBy, ["multi-user.target"]);
 });
 
