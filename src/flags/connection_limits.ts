@@ -4,7 +4,7 @@
  * @module
  */
 import { type ConnectionLimits, DEFAULT_CONNECTION_LIMITS } from "../rpc/limits.ts";
-import { parseCount, parsePositive } from "./flags.ts";
+import { parseCount, parsePositive, parseWholeNumber } from "./flags.ts";
 
 /** The flags' `parseArgs` options; spread them into a component's options. */
 export const CONNECTION_LIMIT_OPTIONS = {
@@ -17,6 +17,15 @@ export const CONNECTION_LIMIT_OPTIONS = {
     type: "string",
     default: String(DEFAULT_CONNECTION_LIMITS.maxConcurrentStreams),
   },
+  "max-calls-in-progress": {
+    type: "string",
+    default: String(DEFAULT_CONNECTION_LIMITS.maxCallsInProgress),
+  },
+  "max-calls-waiting": { type: "string", default: String(DEFAULT_CONNECTION_LIMITS.maxCallsWaiting) },
+  "handshake-timeout": {
+    type: "string",
+    default: String(DEFAULT_CONNECTION_LIMITS.handshakeTimeoutMs / 1000),
+  },
   "idle-timeout": { type: "string", default: String(DEFAULT_CONNECTION_LIMITS.idleTimeoutMs / 1000) },
   "request-timeout": { type: "string", default: String(DEFAULT_CONNECTION_LIMITS.requestTimeoutMs / 1000) },
 } as const;
@@ -26,6 +35,13 @@ export const CONNECTION_LIMITS_USAGE =
   `  --max-connections <n>            connections open at once (default ${DEFAULT_CONNECTION_LIMITS.maxConnections})
   --max-connections-per-peer <n>   connections open at once from one IPv4 address or IPv6 /64 (default ${DEFAULT_CONNECTION_LIMITS.maxConnectionsPerPeer})
   --max-streams-per-connection <n> calls open at once on one HTTP/2 connection (default ${DEFAULT_CONNECTION_LIMITS.maxConcurrentStreams})
+  --max-calls-in-progress <n>      calls worked on at once over all connections (default ${DEFAULT_CONNECTION_LIMITS.maxCallsInProgress})
+  --max-calls-waiting <n>          calls waiting for one of those at most, 0 for none; a call beyond
+                                   is refused at once, retry later (default ${DEFAULT_CONNECTION_LIMITS.maxCallsWaiting})
+  --handshake-timeout <seconds>    close a connection whose TLS handshake, or an HTTP/1.1 request's
+                                   headers, take longer (default ${
+    DEFAULT_CONNECTION_LIMITS.handshakeTimeoutMs / 1000
+  }; plaintext HTTP/2 has neither)
   --idle-timeout <seconds>         close a connection with no call open for this long (default ${
     DEFAULT_CONNECTION_LIMITS.idleTimeoutMs / 1000
   })
@@ -38,7 +54,7 @@ export const CONNECTION_LIMITS_USAGE =
  * Reads the flags' values.
  *
  * @throws {UsageError} naming the flag when a value is not a positive number
- * (counts must be whole numbers).
+ * (counts must be whole numbers; `--max-calls-waiting` may be 0).
  */
 export function parseConnectionLimits(
   values: { [K in keyof typeof CONNECTION_LIMIT_OPTIONS]: string },
@@ -47,6 +63,9 @@ export function parseConnectionLimits(
     maxConnections: parseCount(values["max-connections"], "--max-connections"),
     maxConnectionsPerPeer: parseCount(values["max-connections-per-peer"], "--max-connections-per-peer"),
     maxConcurrentStreams: parseCount(values["max-streams-per-connection"], "--max-streams-per-connection"),
+    maxCallsInProgress: parseCount(values["max-calls-in-progress"], "--max-calls-in-progress"),
+    maxCallsWaiting: parseWholeNumber(values["max-calls-waiting"], "--max-calls-waiting"),
+    handshakeTimeoutMs: parsePositive(values["handshake-timeout"], "--handshake-timeout") * 1000,
     idleTimeoutMs: parsePositive(values["idle-timeout"], "--idle-timeout") * 1000,
     requestTimeoutMs: parsePositive(values["request-timeout"], "--request-timeout") * 1000,
   };

@@ -82,6 +82,14 @@ export function parseCount(value: string, flag: string): number {
   return number;
 }
 
+/** Parses a whole number, 0 or more (e.g. a count that may be none). */
+export function parseWholeNumber(value: string, flag: string): number {
+  if (!/^\d+$/.test(value)) {
+    throw new UsageError(`invalid ${flag} "${value}": want a whole number, 0 or more`);
+  }
+  return Number(value);
+}
+
 /**
  * Parses an address to listen on: an IPv4 or IPv6 address (binding needs an
  * address; a host name is refused rather than resolved).

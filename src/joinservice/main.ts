@@ -68,7 +68,7 @@ import { JOIN_SERVICE_USAGE, type JoinServiceFlags, parseJoinServiceFlags } from
 import { joiningNodes } from "./joiningnodes.ts";
 import { keySource } from "./keysource.ts";
 import { kubeletSigner } from "./kubeletca.ts";
-import { JoinService } from "./service.ts";
+import { JoinService, TICKET_METHODS } from "./service.ts";
 import { sshHostCertifier } from "./sshca.ts";
 
 const EXIT_FAILURE = 1;
@@ -216,6 +216,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
     tls,
     readMaxBytes: READ_MAX_BYTES,
     limits: flags.limits,
+    overloadRefusedByService: TICKET_METHODS,
     httpHandler: (req, res) => {
       if (req.method !== "GET" || req.url !== "/healthz") return false;
       res.writeHead(200, { "content-type": "text/plain" });

@@ -20,6 +20,7 @@ import { asRejection, type CommonReason, Rejection, type RejectionOptions } from
 export type JoinServiceReason =
   | "rate-limit-peer" // the peer's group (its IPv4 address or IPv6 /64) is over its rate
   | "rate-limit-global" // attested nodes are getting tickets faster than the service's overall rate
+  | "server-busy" // the RPC server's calls in progress and waiting are full (its maxCallsInProgress + maxCallsWaiting)
   | "verifier-pool-full" // too many attestation verifications waiting
   | "malformed-request" // the request's own fields are wrong (sizes, disk UUID, principals)
   | "control-plane-not-allowed" // the attestation key is not one the operator lets join as a control plane
@@ -40,6 +41,7 @@ export type JoinReason = JoinServiceReason | ExchangeErrorReason | CommonReason;
 const codes: Record<JoinServiceReason | CommonReason, Code> = {
   "rate-limit-peer": Code.ResourceExhausted,
   "rate-limit-global": Code.ResourceExhausted,
+  "server-busy": Code.ResourceExhausted,
   "verifier-pool-full": Code.ResourceExhausted,
   "malformed-request": Code.InvalidArgument,
   "control-plane-not-allowed": Code.PermissionDenied,

@@ -3,6 +3,12 @@
  * and hands out its join (or rejoin) ticket, sealed to the node's attested
  * key. {@linkcode JoinService} walks a ticket by name:
  *
+ *  0. the RPC server's bound on calls: a ticket call that arrived with the
+ *     server's calls in progress and waiting full (`callOverloadedKey`, for
+ *     the {@linkcode TICKET_METHODS} the service asks `serveRpc` to pass it)
+ *     is refused with "server-busy" before anything else, so that it is
+ *     audited and counted like every other refusal and costs no attestation
+ *     work, no peer rate and no ticket budget;
  *  1. {@linkcode JoinService.admit}: the peer's rate (per IPv4 address or
  *     IPv6 /64);
  *  2. the request's own fields (`requestchecks.ts`);
@@ -42,7 +48,7 @@ import { joinRequestDigest, rejoinRequestDigest } from "../atls/reportdata.ts";
 import type { AttestedRequest } from "../gen/atls/v1/atls_pb.ts";
 import { ComponentSchema } from "../gen/components/components_pb.ts";
 import {
-  type API,
+  API,
   ControlPlaneCertOrKeySchema,
   DecisionCountSchema,
   DecisionSchema,
@@ -61,6 +67,7 @@ import {
 import { DERIVED_KEY_LENGTH, MEASUREMENT_SECRET_KEY_ID, stateDiskKeyId } from "../kms/keys.ts";
 import { PoolFullError } from "../limits/pool.ts";
 import type { Histogram } from "../metrics/registry.ts";
+import { callOverloadedKey } from "../rpc/overload.ts";
 import { peerAddressKey } from "../rpc/peer.ts";
 import { asRejection, toConnectError } from "../rpc/rejection.ts";
 import { type AuditEntry, RecentDecisions, type RequestRole, type TicketMethod } from "./audit.ts";
@@ -73,6 +80,14 @@ import type {
 import { CONTROL_PLANE_JOINING_NODE_NAME } from "./joiningnodes.ts";
 import { checkJoinRequest, checkRejoinRequest, printable } from "./requestchecks.ts";
 import { reject } from "./rejections.ts";
+
+/**
+ * The ticket methods: every call is a decision with its audit entry, one
+ * beyond the RPC server's bounds too, so `serveRpc` must pass those calls
+ * to the service (its `overloadRefusedByService`). The other methods'
+ * (GetChallenge, GetStatus) are no decisions: the RPC layer refuses them.
+ */
+export const TICKET_METHODS = [API.method.issueJoinTicket, API.method.issueRejoinTicket] as const;
 
 /** One ticket decision in progress: the config it is judged by, and what its audit entry will say. */
 export interface Decision {
@@ -444,6 +459,9 @@ export class JoinService {
       },
     };
     try {
+      // Step 0: beyond the server's bounds, nothing but this refusal and its audit entry.
+      const overloaded = context.values.get(callOverloadedKey);
+      if (overloaded !== undefined) throw reject("server-busy", overloaded);
       const result = await issue(decision);
       metrics.decisions.inc({ method, outcome: "issued", reason: "" });
       this.#record({ ...decision.audit, outcome: "issued" });

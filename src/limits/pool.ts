@@ -45,6 +45,11 @@ export class WorkPool {
     return this.#queue.length;
   }
 
+  /** Every slot is taken and the queue is full: a task given now would be refused. */
+  get full(): boolean {
+    return this.#running >= this.#options.concurrency && this.#queue.length >= this.#options.maxQueued;
+  }
+
   /**
    * Runs `task` when a slot is free. Throws {@linkcode PoolFullError} when the
    * queue is full, or the signal's reason when aborted while waiting.
@@ -60,11 +65,11 @@ export class WorkPool {
 
   #acquire(signal?: AbortSignal): Promise<void> {
     signal?.throwIfAborted();
+    if (this.full) return Promise.reject(new PoolFullError());
     if (this.#running < this.#options.concurrency) {
       this.#running++;
       return Promise.resolve();
     }
-    if (this.#queue.length >= this.#options.maxQueued) return Promise.reject(new PoolFullError());
     return new Promise((resolve, reject) => {
       const start = () => {
         signal?.removeEventListener("abort", abort);

@@ -19,8 +19,10 @@
  *
  * Bounds: connections in all and per peer (an IPv4 address or an IPv6 /64),
  * request messages (4 KiB by default: these requests are a nonce at most),
- * buffered request bytes, 10 s for a request's headers, the call deadline,
- * and connections idle for the idle timeout are closed.
+ * buffered request bytes, unary calls in progress and waiting (a call beyond
+ * both is refused by the listener itself: these routes are no decisions to
+ * audit), the handshake timeout for a request's headers, the call deadline, and connections
+ * idle for the idle timeout are closed.
  *
  * @module
  */
@@ -71,6 +73,7 @@ export async function serveBrowserRpc(options: BrowserRpcOptions): Promise<RpcSe
     maxRequestBytesPerConnection: limits.maxRequestBytesPerConnection,
     maxRequestBytesInFlight: limits.maxRequestBytesInFlight,
     maxCallsInProgress: limits.maxCallsInProgress,
+    maxCallsWaiting: limits.maxCallsWaiting,
     requestTimeoutMs: limits.requestTimeoutMs,
     onResponseError: options.onResponseError,
   });

@@ -18,6 +18,18 @@
  * takes the call up). The bound is released once the service has answered,
  * before the answer is written, so a client that reads slowly holds none.
  *
+ * At most `maxCallsWaiting` calls wait. One that arrives when that many
+ * already do is not queued: its client gets ResourceExhausted at once
+ * ("server busy: …; retry later") and can back off, instead of waiting out
+ * its deadline. The RPC layer gives that answer itself (through the call's
+ * body, as for a spent byte budget, so the service never sees the call),
+ * except for the methods named in `overloadRefusedByService`: those get the
+ * call at once, outside the bound, with `callOverloadedKey` set
+ * (`overload.ts`), and refuse it themselves, e.g. to audit the refusal. A
+ * list of methods rather than a switch for the whole server, so that a
+ * method that does not look at the key (the join service's `GetChallenge`)
+ * can never be handed work beyond the bounds.
+ *
  * It does what connect-node's `connectNodeAdapter` does, on the same public
  * pieces (`universalRequestFromNodeRequest`, `universalResponseToNodeResponse`),
  * so that the request body can be counted as it arrives. A gRPC unary call
@@ -36,6 +48,7 @@ import {
   createConnectRouter,
   type Interceptor,
 } from "@connectrpc/connect";
+import type { DescMethodUnary } from "@bufbuild/protobuf";
 import type { UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
   compressionBrotli,
@@ -47,6 +60,7 @@ import { concatBytes } from "../bytes/concat.ts";
 import { ByteBudget } from "../limits/byte_budget.ts";
 import { GrpcUnaryRoutes, RESPONSE_COMPRESS_MIN_BYTES } from "./grpc_unary.ts";
 import { WorkPool } from "../limits/pool.ts";
+import { callOverloadedKey, serverBusyMessage } from "./overload.ts";
 
 /** A request as either server kind delivers it. */
 export type RpcRequest = http2.Http2ServerRequest | http.IncomingMessage;
@@ -74,6 +88,13 @@ export interface RpcHandlerOptions {
   requestTimeoutMs: number;
   /** Unary calls Connect works on at once; more wait their turn (see the module documentation). */
   maxCallsInProgress: number;
+  /** Unary calls waiting at most; more are refused at once (see the module documentation). */
+  maxCallsWaiting: number;
+  /**
+   * Unary methods that refuse calls beyond the bounds themselves: they get such a call at once with
+   * `callOverloadedKey` set. Every other method's are refused here. Default none.
+   */
+  overloadRefusedByService?: readonly DescMethodUnary[];
   /** Called when a response could not be delivered for a reason other than the client going away. */
   onResponseError?: (error: unknown) => void;
 }
@@ -97,9 +118,14 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
   const inFlight = new ByteBudget(options.maxRequestBytesInFlight);
   // Keyed by the HTTP/2 session or, for HTTP/1.1, the socket: gone with the connection.
   const perConnection = new WeakMap<object, ByteBudget>();
-  // No bound of its own on waiting calls: each is an open stream (bounded by the connection limits)
-  // whose body is in the byte budgets and whose deadline runs.
-  const inProgress = new WorkPool({ concurrency: options.maxCallsInProgress, maxQueued: Infinity });
+  const inProgress = new WorkPool({
+    concurrency: options.maxCallsInProgress,
+    maxQueued: options.maxCallsWaiting,
+  });
+  const busy = serverBusyMessage(options);
+  const refusesOverloadItself = new Set(
+    (options.overloadRefusedByService ?? []).map((method) => `/${method.parent.typeName}/${method.name}`),
+  );
 
   return (req, res) => {
     const handler = handlers.get(req.url?.split("?", 1)[0] ?? "");
@@ -121,12 +147,8 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
       held.release();
     });
 
-    const request = universalRequestFromNodeRequest(
-      req,
-      res,
-      undefined,
-      options.contextValues(req),
-    );
+    const contextValues = options.contextValues(req);
+    const request = universalRequestFromNodeRequest(req, res, undefined, contextValues);
     const body = held.count(request.body as AsyncIterable<Uint8Array>);
     const respond = (response: Promise<UniversalServerResponse>) =>
       response
@@ -142,13 +164,21 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
     }
     // Only a whole body waits for its turn. One larger than any message Connect accepts, or one whose
     // reading failed (a spent byte budget, a reset stream), goes to Connect at once, which refuses it as
-    // before.
+    // before. A whole body that finds the queue full does not wait either: refused here, or by its
+    // service when the method asked for that.
     respond(
       readAhead(body, options.readMaxBytes + ENVELOPE_HEADER_BYTES).then((readBody) => {
         if (!readBody.whole) return handler({ ...request, body: readBody });
-        const call = grpcUnary.prepare(handler.requestPath, request, concatBytes(...readBody.chunks)) ??
-          (() => handler({ ...request, body: readBody }));
-        return inProgress.run(call, { signal: request.signal });
+        if (!inProgress.full) {
+          const call = grpcUnary.prepare(handler.requestPath, request, concatBytes(...readBody.chunks)) ??
+            (() => handler({ ...request, body: readBody }));
+          return inProgress.run(call, { signal: request.signal });
+        }
+        if (refusesOverloadItself.has(handler.requestPath)) {
+          contextValues.set(callOverloadedKey, busy);
+          return handler({ ...request, body: readBody });
+        }
+        return handler({ ...request, body: failing(new ConnectError(busy, Code.ResourceExhausted)) });
       }),
     );
   };
@@ -198,6 +228,12 @@ async function readAhead(body: AsyncIterable<Uint8Array>, maxBytes: number): Pro
       if (!ended) yield* { [Symbol.asyncIterator]: () => iterator };
     },
   };
+}
+
+/** A request body whose reading fails with `error`: Connect answers the call with it, in the call's protocol. */
+// deno-lint-ignore require-yield
+async function* failing(error: ConnectError): AsyncGenerator<Uint8Array> {
+  throw error;
 }
 
 /** Request-body bytes of one call, held in every budget until the call ends. */

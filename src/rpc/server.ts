@@ -3,7 +3,8 @@
  * (HTTP/2 and HTTP/1.1 through ALPN) or plaintext HTTP/2 (h2c), built to
  * survive hostile peers: the runtime's session teardown is guarded
  * (`http2_guard.ts`), and connections, streams, buffered request bytes,
- * unary calls worked on at once (`handler.ts`), header sizes and time are
+ * unary calls worked on at once and waiting (`handler.ts`; a call beyond
+ * both is refused at once, see `overload.ts`), header sizes and time are
  * bounded ({@linkcode ConnectionLimits}).
  * Shutdown is graceful: stop accepting, let in-flight calls finish, then
  * close.
@@ -12,6 +13,7 @@
  */
 import * as http2 from "node:http2";
 import type { Socket } from "node:net";
+import type { DescMethodUnary } from "@bufbuild/protobuf";
 import { listen } from "./listen.ts";
 import {
   type ConnectRouter,
@@ -51,6 +53,13 @@ export interface ServeRpcOptions {
   contextValues?: (req: RpcRequest) => ContextValues;
   /** Bounds on what clients may hold; each one defaults to {@linkcode DEFAULT_CONNECTION_LIMITS}. */
   limits?: Partial<ConnectionLimits>;
+  /**
+   * Unary methods that refuse calls beyond `maxCallsInProgress` + `maxCallsWaiting` themselves, e.g. to
+   * audit the refusal: such a call reaches the method at once, with `callOverloadedKey` (`overload.ts`) set,
+   * and the method must refuse it. Every other method's are refused by the server with ResourceExhausted
+   * (the default, for every method).
+   */
+  overloadRefusedByService?: readonly DescMethodUnary[];
   /** Extra plain-HTTP handler tried before the RPC routes (e.g. /healthz); return true if handled. */
   httpHandler?: (req: RpcRequest, res: RpcResponse) => boolean;
   /** Called when a response could not be delivered for a reason other than the client going away. */
@@ -89,6 +98,8 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     maxRequestBytesPerConnection: limits.maxRequestBytesPerConnection,
     maxRequestBytesInFlight: limits.maxRequestBytesInFlight,
     maxCallsInProgress: limits.maxCallsInProgress,
+    maxCallsWaiting: limits.maxCallsWaiting,
+    overloadRefusedByService: options.overloadRefusedByService,
     requestTimeoutMs: limits.requestTimeoutMs,
     onResponseError: options.onResponseError,
   });

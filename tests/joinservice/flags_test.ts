@@ -72,6 +72,9 @@ Deno.test("parseJoinServiceFlags() says what is wrong with a negative number, fo
     "--max-connections": "want a positive number",
     "--max-connections-per-peer": "want a positive number",
     "--max-streams-per-connection": "want a positive number",
+    "--max-calls-in-progress": "want a positive number",
+    "--max-calls-waiting": "want a whole number, 0 or more",
+    "--handshake-timeout": "want a positive number",
     "--idle-timeout": "want a positive number",
     "--request-timeout": "want a positive number",
   };

@@ -6,7 +6,8 @@
  * single call to the API server), a worker's key asking for control-plane
  * files until the operator names it, nodes whose measurements no longer
  * match after the attestation config is changed on disk, a flood of garbage
- * that must not starve attested nodes, and peers over their rate limit.
+ * that must not starve attested nodes, peers over their rate limit, and
+ * tickets beyond the server's bounds on calls (refused at once, audited).
  */
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
@@ -373,6 +374,62 @@ Deno.test("the join service process rejects malformed and malicious requests wit
         );
       } finally {
         assert.equal((await limited.stop()).code, 0);
+      }
+    },
+  );
+
+  await t.step(
+    "server busy: tickets beyond one call in progress and none waiting are refused at once, each audited; challenges unaudited",
+    async () => {
+      const busy = await cluster.startJoinService({
+        flags: ["--max-calls-in-progress", "1", "--max-calls-waiting", "0"],
+      });
+      try {
+        const refused = (error: unknown) => {
+          assert.equal(Code[(error as ConnectError).code], "ResourceExhausted", String(error));
+          assert.equal(
+            (error as ConnectError).rawMessage,
+            "server busy: 1 calls in progress and 0 waiting; retry later",
+          );
+          return "refused";
+        };
+        // Attested one after the other (a challenge is a call too), then sent at once: the first
+        // ticket takes the one slot for longer than the others take to arrive.
+        const prepared = [];
+        for (let i = 0; i < 8; i++) {
+          prepared.push(
+            await cluster.prepareJoinRequest({
+              diskUuid: crypto.randomUUID(),
+              nodeName: `busy-${i}`,
+              service: busy,
+            }),
+          );
+        }
+        const tickets = await Promise.all(
+          prepared.map(({ request }) => busy.client.issueJoinTicket(request).then(() => "issued", refused)),
+        );
+        assert.ok(tickets.includes("issued"), "the call in progress gets its ticket");
+        const refusedDisks = prepared.filter((_, i) => tickets[i] === "refused").map((p) =>
+          p.request.diskUuid
+        );
+        assert.ok(refusedDisks.length > 0, "the others are refused");
+
+        const challenges = await Promise.all(
+          Array.from({ length: 50 }, () => busy.client.getChallenge({}).then(() => "issued", refused)),
+        );
+        assert.ok(challenges.includes("refused"), "challenges beyond the bounds are refused too");
+
+        const audit = await auditLines(busy);
+        const serverBusy = audit.filter((line) => line.reason === "server-busy");
+        assert.deepEqual(
+          serverBusy.map((line) => [line.method, line.peer, line.role, line.code, line.keyDigest]),
+          refusedDisks.map(() => ["IssueJoinTicket", "127.0.0.1", "worker", "ResourceExhausted", undefined]),
+          "one audit entry per refused ticket, before any attestation work; none for challenges",
+        );
+        assert.deepEqual(serverBusy.map((line) => line.diskUuid).toSorted(), refusedDisks.toSorted());
+        assert.equal(audit.length, tickets.length, "challenges are no decisions");
+      } finally {
+        assert.equal((await busy.stop()).code, 0);
       }
     },
   );

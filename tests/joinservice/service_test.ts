@@ -15,7 +15,12 @@ import {
 import { PoolFullError, WorkPool } from "../../src/limits/pool.ts";
 import { PeerRateLimiter, TokenBucket } from "../../src/limits/ratelimiter.ts";
 import { JoinService } from "../../src/joinservice/service.ts";
-import { type AuditEntry, RecentDecisions } from "../../src/joinservice/audit.ts";
+import {
+  type AuditEntry,
+  RecentDecisions,
+  type RequestRole,
+  type TicketMethod,
+} from "../../src/joinservice/audit.ts";
 import { CONTROL_PLANE_ANY_KEY_WARNING } from "../../src/attestation/watcher.ts";
 import { expectConnectError } from "../support/connect_error.ts";
 import {
@@ -479,6 +484,49 @@ Deno.test("the cheap checks run outside the verifier pool: garbage never waits t
   } finally {
     busy.resolve();
     await occupying;
+  }
+});
+
+Deno.test("a ticket call beyond the RPC server's bounds: server-busy before any work, audited and counted", async (t) => {
+  const busy = "server busy: 32 calls in progress and 512 waiting; retry later";
+  const rows: { name: string; method: TicketMethod; role: RequestRole }[] = [
+    { name: "a join ticket", method: "IssueJoinTicket", role: "control-plane" },
+    { name: "a rejoin ticket", method: "IssueRejoinTicket", role: "rejoin" },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      const world = fakeDependencies({ keyDigest: CONTROL_PLANE_KEY });
+      let peerRateTaken = 0;
+      world.deps.peerLimiter = { take: () => ++peerRateTaken > 0 };
+      const service = new JoinService(world.deps).handlers();
+      const context = fakeContext({ peer: "2001:db8::9", overloaded: busy });
+      const diskUuid = DISK_UUID.toUpperCase();
+      const call = row.method === "IssueJoinTicket"
+        ? service.issueJoinTicket(fakeJoinRequest({ ...controlPlane, diskUuid }), context)
+        : service.issueRejoinTicket(create(IssueRejoinTicketRequestSchema, { diskUuid }), context);
+      await expectConnectError(Promise.resolve(call), Code.ResourceExhausted, busy);
+
+      assert.deepEqual(world.audit, [{
+        method: row.method,
+        peer: "2001:db8::9",
+        variant: "qemu-vtpm",
+        measurementsDigest: "ab".repeat(32),
+        diskUuid,
+        role: row.role,
+        keyDigest: undefined,
+        outcome: "rejected",
+        reason: "server-busy",
+        code: "ResourceExhausted",
+        error: busy,
+      }]);
+      assert.deepEqual(world.exchangeCalls, { precheck: 0, verify: 0 }, "no attestation work");
+      assert.equal(peerRateTaken, 0, "the peer's rate is not spent");
+      assert.deepEqual(world.writes, []);
+      assert.match(
+        world.registry.render(),
+        new RegExp(`decisions\\{method="${row.method}",outcome="rejected",reason="server-busy"\\} 1`),
+      );
+    });
   }
 });
 

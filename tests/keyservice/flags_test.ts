@@ -8,6 +8,9 @@ const DEFAULT_LIMITS = {
   maxConnections: DEFAULT_CONNECTION_LIMITS.maxConnections,
   maxConnectionsPerPeer: DEFAULT_CONNECTION_LIMITS.maxConnectionsPerPeer,
   maxConcurrentStreams: DEFAULT_CONNECTION_LIMITS.maxConcurrentStreams,
+  maxCallsInProgress: DEFAULT_CONNECTION_LIMITS.maxCallsInProgress,
+  maxCallsWaiting: DEFAULT_CONNECTION_LIMITS.maxCallsWaiting,
+  handshakeTimeoutMs: DEFAULT_CONNECTION_LIMITS.handshakeTimeoutMs,
   idleTimeoutMs: DEFAULT_CONNECTION_LIMITS.idleTimeoutMs,
   requestTimeoutMs: DEFAULT_CONNECTION_LIMITS.requestTimeoutMs,
 };
@@ -77,12 +80,18 @@ Deno.test("parseKeyServiceFlags() rejects a bad command line with a one-line mes
       "--max-connections",
       "--max-connections-per-peer",
       "--max-streams-per-connection",
+      "--max-calls-in-progress",
+      "--handshake-timeout",
       "--idle-timeout",
       "--request-timeout",
     ]
   ) {
     cases.push([[flag, "-1"], `invalid ${flag} "-1": want a positive number`]);
   }
+  cases.push([
+    ["--max-calls-waiting", "-1"],
+    'invalid --max-calls-waiting "-1": want a whole number, 0 or more',
+  ]);
   for (const [args, message] of cases) {
     assert.throws(() => parseKeyServiceFlags(args), (err) => {
       assert.ok(err instanceof UsageError, `${args}: ${err}`);

@@ -76,7 +76,10 @@ Deno.test("work pool bounds concurrency and refuses beyond its queue", async () 
         resolve();
       });
     });
-  const runs = [pool.run(task), pool.run(task), pool.run(task)];
+  const runs = [pool.run(task), pool.run(task)];
+  assert.equal(pool.full, false, "slots taken, the queue still has room");
+  runs.push(pool.run(task));
+  assert.equal(pool.full, true);
   await assert.rejects(pool.run(task), PoolFullError);
   assert.equal(pool.running, 2);
   assert.equal(pool.queued, 1);
@@ -86,6 +89,7 @@ Deno.test("work pool bounds concurrency and refuses beyond its queue", async () 
   }
   await Promise.all(runs);
   assert.equal(peak, 2);
+  assert.equal(pool.full, false);
 });
 
 Deno.test("work pool removes an aborted waiter from its queue", async () => {

@@ -218,6 +218,7 @@ Deno.test("the gRPC unary short path answers every request exactly as Connect's 
     maxRequestBytesInFlight: 1 << 20,
     requestTimeoutMs: 30_000,
     maxCallsInProgress: 4,
+    maxCallsWaiting: 4,
   }));
   const connects = await listen(connectNodeAdapter({
     routes,

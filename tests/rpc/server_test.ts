@@ -2,9 +2,10 @@ import assert from "node:assert/strict";
 import * as http2 from "node:http2";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { API } from "../../src/gen/kms/kms_pb.ts";
-import { connectRpc } from "../../src/rpc/client.ts";
-import { serveRpc } from "../../src/rpc/server.ts";
+import { connectRpc, type RpcProtocol } from "../../src/rpc/client.ts";
+import { serveRpc, type ServeRpcOptions } from "../../src/rpc/server.ts";
 import { peerAddressKey } from "../../src/rpc/peer.ts";
+import { callOverloadedKey } from "../../src/rpc/overload.ts";
 
 Deno.test("serveRpc passes the peer address to handlers and closes idle connections", async () => {
   let peer = "";
@@ -180,17 +181,30 @@ Deno.test("serveRpc works on at most maxCallsInProgress unary calls at once; the
 
 /**
  * A server with room for one call in progress, and a client whose call "busy" holds it until
- * `release()`; `started` lists the key IDs the service has taken up.
+ * `release()`; `started` lists the key IDs the service has taken up, and `overloaded` those it got
+ * flagged as beyond the server's bounds (which it refuses, with the flag's message).
  */
 async function serverWithBusyCall(
-  options: { readMaxBytes?: number; maxRequestBytesPerConnection?: number } = {},
+  options: {
+    readMaxBytes?: number;
+    maxRequestBytesPerConnection?: number;
+    maxCallsWaiting?: number;
+    overloadRefusedByService?: ServeRpcOptions["overloadRefusedByService"];
+    protocol?: RpcProtocol;
+  } = {},
 ) {
   const started: string[] = [];
+  const overloaded: string[] = [];
   let release = () => {};
   const server = await serveRpc({
     routes: (router) =>
       router.service(API, {
-        async getDataKey(request) {
+        async getDataKey(request, context) {
+          const busyMessage = context.values.get(callOverloadedKey);
+          if (busyMessage !== undefined) {
+            overloaded.push(request.dataKeyId);
+            throw new ConnectError(`refused by the service: ${busyMessage}`, Code.ResourceExhausted);
+          }
           started.push(request.dataKeyId);
           if (request.dataKeyId === "busy") await new Promise<void>((resolve) => release = resolve);
           return { dataKey: new Uint8Array(1) };
@@ -199,20 +213,27 @@ async function serverWithBusyCall(
     hostname: "127.0.0.1",
     port: 0,
     readMaxBytes: options.readMaxBytes,
+    overloadRefusedByService: options.overloadRefusedByService,
     limits: {
       maxCallsInProgress: 1,
       ...(options.maxRequestBytesPerConnection
         ? { maxRequestBytesPerConnection: options.maxRequestBytesPerConnection }
         : {}),
+      ...(options.maxCallsWaiting !== undefined ? { maxCallsWaiting: options.maxCallsWaiting } : {}),
     },
   });
-  const connection = connectRpc({ baseUrl: `http://127.0.0.1:${server.address.port}` });
+  const connection = connectRpc({
+    baseUrl: `http://127.0.0.1:${server.address.port}`,
+    protocol: options.protocol,
+  });
   const client = createClient(API, connection.transport);
   const busy = client.getDataKey({ dataKeyId: "busy", length: 1 });
+  busy.catch(() => {}); // awaited by release(); a test failing before that must not fail the module too
   await new Promise((resolve) => setTimeout(resolve, 50));
   return {
     client,
     started,
+    overloaded,
     /** Lets "busy" finish and waits for its answer. */
     release: async () => {
       release();
@@ -260,4 +281,72 @@ Deno.test("serveRpc refuses a call over its connection's byte budget at once, wi
     return true;
   });
   await busy.release();
+});
+
+/** How `call` ended: its error, or "served"; "waited" if it had not ended 2 s later. */
+function answeredAtOnce(call: Promise<unknown>): Promise<unknown> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    call.then(() => "served", (err: unknown) => err),
+    new Promise((resolve) => timer = setTimeout(() => resolve("waited"), 2000)),
+  ]).finally(() => clearTimeout(timer));
+}
+
+Deno.test("serveRpc: a call beyond maxCallsInProgress + maxCallsWaiting is refused at once; the others complete", async (t) => {
+  const busyMessage = "server busy: 1 calls in progress and 1 waiting; retry later";
+  const rows: {
+    name: string;
+    protocol?: RpcProtocol;
+    overloadRefusedByService?: ServeRpcOptions["overloadRefusedByService"];
+    /** The message the third call's client reads. */
+    wantMessage: string;
+    /** The calls the service saw flagged as beyond the bounds. */
+    wantOverloaded: string[];
+  }[] = [
+    ...(["grpc", "grpc-web", "connect"] as const).map((protocol) => ({
+      name: `refused by the RPC layer (the default), ${protocol}: the service never sees it`,
+      protocol,
+      wantMessage: busyMessage,
+      wantOverloaded: [],
+    })),
+    {
+      name: "passed to a method that refuses it itself: the service sees the flag and its message",
+      overloadRefusedByService: [API.method.getDataKey],
+      wantMessage: `refused by the service: ${busyMessage}`,
+      wantOverloaded: ["third"],
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      await using busy = await serverWithBusyCall({
+        maxCallsWaiting: 1,
+        overloadRefusedByService: row.overloadRefusedByService,
+        protocol: row.protocol,
+      });
+      const waiting = busy.client.getDataKey({ dataKeyId: "waiting", length: 1 });
+      waiting.catch(() => {}); // awaited below
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      // "busy" is in progress and "waiting" waits: the third gets its answer while both are still open.
+      const third = await answeredAtOnce(busy.client.getDataKey({ dataKeyId: "third", length: 1 }));
+      const error = ConnectError.from(third);
+      assert.equal(Code[error.code], "ResourceExhausted", String(third));
+      assert.equal(error.rawMessage, row.wantMessage);
+      assert.deepEqual(busy.overloaded, row.wantOverloaded);
+      assert.deepEqual(busy.started, ["busy"], "nothing beyond the bound was worked on");
+      await busy.release();
+      await waiting;
+      assert.deepEqual(busy.started, ["busy", "waiting"]);
+    });
+  }
+});
+
+Deno.test("serveRpc with maxCallsWaiting 0 lets no call wait: the second is refused at once", async () => {
+  await using busy = await serverWithBusyCall({ maxCallsWaiting: 0 });
+  const second = await answeredAtOnce(busy.client.getDataKey({ dataKeyId: "second", length: 1 }));
+  const error = ConnectError.from(second);
+  assert.equal(Code[error.code], "ResourceExhausted", String(second));
+  assert.equal(error.rawMessage, "server busy: 1 calls in progress and 0 waiting; retry later");
+  await busy.release();
+  await busy.client.getDataKey({ dataKeyId: "after", length: 1 });
+  assert.deepEqual(busy.started, ["busy", "after"]);
 });

@@ -30,6 +30,7 @@ import { createLogger } from "../../src/log/logger.ts";
 import { WorkPool } from "../../src/limits/pool.ts";
 import { PeerRateLimiter, TokenBucket } from "../../src/limits/ratelimiter.ts";
 import { MetricsRegistry } from "../../src/metrics/registry.ts";
+import { callOverloadedKey } from "../../src/rpc/overload.ts";
 import { peerAddressKey } from "../../src/rpc/peer.ts";
 import type { AuditEntry } from "../../src/joinservice/audit.ts";
 import type {
@@ -262,8 +263,15 @@ export function fakeJoinRequest(
   });
 }
 
-/** A handler context of a `join.API` call from {@linkcode FAKE_PEER} (or `peer`). */
-export function fakeContext(options: { peer?: string; signal?: AbortSignal } = {}): HandlerContext {
+/**
+ * A handler context of a `join.API` call from {@linkcode FAKE_PEER} (or `peer`); `overloaded` flags it
+ * as beyond the RPC server's bounds, with that message, as `serveRpc` does.
+ */
+export function fakeContext(
+  options: { peer?: string; signal?: AbortSignal; overloaded?: string } = {},
+): HandlerContext {
+  const values = createContextValues().set(peerAddressKey, options.peer ?? FAKE_PEER);
+  if (options.overloaded !== undefined) values.set(callOverloadedKey, options.overloaded);
   return createHandlerContext({
     service: API,
     method: API.method.issueJoinTicket,
@@ -271,6 +279,6 @@ export function fakeContext(options: { peer?: string; signal?: AbortSignal } = {
     requestMethod: "POST",
     url: "https://join-service/join.API/IssueJoinTicket",
     requestSignal: options.signal,
-    contextValues: createContextValues().set(peerAddressKey, options.peer ?? FAKE_PEER),
+    contextValues: values,
   });
 }
