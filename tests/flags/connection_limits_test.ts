@@ -38,7 +38,7 @@ Deno.test("connection-limit flags default to DEFAULT_CONNECTION_LIMITS; --max-ca
     maxConnectionsPerPeer: DEFAULT_CONNECTION_LIMITS.maxConnectionsPerPeer,
     maxConcurrentStreams: DEFAULT_CONNECTION_LIMITS.maxConcurrentStreams,
     maxCallsInProgress: 32,
-    maxCallsWaiting: 512,
+    maxCallsWaiting: 2048,
     handshakeTimeoutMs: 10_000,
     idleTimeoutMs: DEFAULT_CONNECTION_LIMITS.idleTimeoutMs,
     requestTimeoutMs: DEFAULT_CONNECTION_LIMITS.requestTimeoutMs,
