@@ -134,13 +134,30 @@ export interface JoiningNode {
   isControlPlane: boolean;
 }
 
+/** What {@linkcode JoiningNodes.record} wrote, for {@linkcode JoiningNodes.release}. */
+export interface RecordedJoiningNode {
+  /** The node recorded. */
+  node: JoiningNode;
+  /** UID of the object written (a control plane's; a worker's record is applied and not released). */
+  uid?: string;
+}
+
 /** Records joining nodes for the node operator (JoiningNode resources). */
 export interface JoiningNodes {
   /**
    * Records a node. Rejects with "control-plane-busy" while another control
    * plane is joining, "api-server-unavailable" or "api-server-refused".
    */
-  record(node: JoiningNode, options: SignalOptions): Promise<void>;
+  record(node: JoiningNode, options: SignalOptions): Promise<RecordedJoiningNode>;
+  /**
+   * Undoes a record whose ticket was never delivered: a control plane's is
+   * deleted, so other control planes need not wait for its deadline, but
+   * only the very object this record wrote (an attempt of the same node since
+   * wrote its own); gone or replaced already counts as done. A worker's
+   * record stays: it is the same for every attempt of the node and expires
+   * by itself. Rejects with "api-server-unavailable" or "api-server-refused".
+   */
+  release(recorded: RecordedJoiningNode, options: SignalOptions): Promise<void>;
 }
 
 /** Certifies SSH host keys. */

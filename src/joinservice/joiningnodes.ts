@@ -56,12 +56,14 @@ export function joiningNodes(
         if (!node.isControlPlane) {
           const worker = resource(node.name, node, JOINING_NODE_DEADLINE_MS.worker);
           await client.applyCustomResource(JOINING_NODES, worker, { fieldManager: FIELD_MANAGER, signal });
-          return;
+          return { node };
         }
         const record = resource(CONTROL_PLANE_JOINING_NODE_NAME, node, JOINING_NODE_DEADLINE_MS.controlPlane);
         try {
-          await client.createCustomResource(JOINING_NODES, record, { signal });
-          return;
+          return {
+            node,
+            uid: (await client.createCustomResource(JOINING_NODES, record, { signal })).metadata?.uid,
+          };
         } catch (error) {
           if (!(error instanceof KubernetesError && error.reason === "AlreadyExists")) throw error;
         }
@@ -83,7 +85,23 @@ export function joiningNodes(
           logger.warn("replacing stale control-plane JoiningNode", { previous: holder });
         }
         await client.deleteCustomResource(JOINING_NODES, CONTROL_PLANE_JOINING_NODE_NAME, { signal });
-        await client.createCustomResource(JOINING_NODES, record, { signal });
+        return {
+          node,
+          uid: (await client.createCustomResource(JOINING_NODES, record, { signal })).metadata?.uid,
+        };
+      });
+    },
+    release({ node, uid }, { signal }) {
+      if (!node.isControlPlane || uid === undefined) return Promise.resolve();
+      return apiServerCall(async () => {
+        try {
+          await client.deleteCustomResource(JOINING_NODES, CONTROL_PLANE_JOINING_NODE_NAME, { uid, signal });
+        } catch (error) {
+          // Gone (deleted, expired) or replaced by a newer attempt: nothing of this record is left.
+          const done = error instanceof KubernetesError &&
+            (error.reason === "NotFound" || error.reason === "Conflict");
+          if (!done) throw error;
+        }
       });
     },
   };

@@ -74,6 +74,7 @@ import { type AuditEntry, RecentDecisions, type RequestRole, type TicketMethod }
 import type {
   ExchangePurpose,
   JoinServiceDependencies,
+  RecordedJoiningNode,
   SignalOptions,
   VerifiedAttestation,
 } from "./dependencies.ts";
@@ -302,7 +303,7 @@ export class JoinService {
     //    may record itself again), so one left by a failed attempt is what the node's next attempt
     //    writes anyway; recorded after the token so a failed token create leaves no record at all;
     //  - a failure after the token (record, sealing, or the node gone before its answer) deletes the
-    //    token again, best effort.
+    //    token again, best effort, and releases a control plane's record (the object it wrote, by UID).
     // What no order avoids: a node that disconnects after the answer left, a process killed between
     // create and answer, or a delete that fails while the API server is down. Those tokens were never
     // sent anywhere, and the API server's token cleaner deletes them when their TTL ends.
@@ -311,13 +312,18 @@ export class JoinService {
       deps.metrics.apiServerSeconds,
       () => deps.tokens.create(options),
     );
+    let recorded: RecordedJoiningNode | undefined;
     try {
-      await timed("recording joining node", deps.metrics.apiServerSeconds, () =>
-        deps.joiningNodes.record({
-          name: kubelet.nodeName,
-          componentsReference: components.configMapName,
-          isControlPlane: request.isControlPlane,
-        }, options));
+      recorded = await timed(
+        "recording joining node",
+        deps.metrics.apiServerSeconds,
+        () =>
+          deps.joiningNodes.record({
+            name: kubelet.nodeName,
+            componentsReference: components.configMapName,
+            isControlPlane: request.isControlPlane,
+          }, options),
+      );
       const ticket = create(IssueJoinTicketResponseSchema, {
         stateDiskKey,
         measurementSalt: deps.measurementSalt,
@@ -340,10 +346,20 @@ export class JoinService {
       options.signal?.throwIfAborted();
       return create(IssueJoinTicketResponseSchema, { sealed });
     } catch (error) {
-      // Cleanup runs even when the node gave up: the token must not outlive the failed ticket.
-      await deps.tokens.delete(tokenId, {}).catch((cleanup) =>
-        deps.logger.warn("could not delete unused bootstrap token", { tokenId, error: cleanup })
-      );
+      // Cleanup runs even when the node gave up: the token must not outlive the failed ticket, and a
+      // control plane's record must not keep the other control planes waiting for its deadline.
+      await Promise.all([
+        deps.tokens.delete(tokenId, {}).catch((cleanup) =>
+          deps.logger.warn("could not delete unused bootstrap token", { tokenId, error: cleanup })
+        ),
+        recorded &&
+        deps.joiningNodes.release(recorded, {}).catch((cleanup) =>
+          deps.logger.warn("could not release the control-plane JoiningNode", {
+            node: recorded!.node.name,
+            error: cleanup,
+          })
+        ),
+      ]);
       throw error;
     }
   }

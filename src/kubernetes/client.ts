@@ -65,6 +65,15 @@ export interface WriteOptions extends RequestOptions {
   fieldManager?: string;
 }
 
+/** Options of delete calls. */
+export interface DeleteOptions extends RequestOptions {
+  /**
+   * Delete only the object with this UID (`DeleteOptions.preconditions.uid`): one created again under the
+   * same name since is left alone, and the call fails with a "Conflict" {@linkcode KubernetesError}.
+   */
+  uid?: string;
+}
+
 /** Options of server-side apply. */
 export interface ApplyOptions extends RequestOptions {
   /** Field manager that owns the applied fields, e.g. `join-service`. Required. */
@@ -267,7 +276,7 @@ export class KubernetesClient implements Disposable {
   async deleteCustomResource(
     type: CustomResourceType,
     name: string,
-    options?: RequestOptions,
+    options?: DeleteOptions,
   ): Promise<void> {
     await this.#delete(customResources(type), name, options);
   }
@@ -322,10 +331,17 @@ export class KubernetesClient implements Disposable {
     }, options);
   }
 
-  async #delete(collection: Collection, name: string, options?: RequestOptions): Promise<void> {
+  async #delete(collection: Collection, name: string, options?: DeleteOptions): Promise<void> {
+    const preconditions = options?.uid === undefined ? undefined : { uid: options.uid };
     await this.#send<unknown>({
       method: "DELETE",
       path: `${collection.path}/${segment(name, "name")}`,
+      ...(preconditions
+        ? {
+          body: JSON.stringify({ kind: "DeleteOptions", apiVersion: "v1", preconditions }),
+          contentType: "application/json",
+        }
+        : {}),
       name: `delete ${describe(collection, name)}`,
     }, options);
   }

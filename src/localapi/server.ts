@@ -80,7 +80,7 @@ import { loadState, StateWriter } from "./state.ts";
 import { forbidden, notFoundPath, statusBody, StatusError } from "./status.ts";
 import { ObjectStore } from "./store.ts";
 import { toTable, wantsTable } from "./table.ts";
-import { decodeApply, decodeJson } from "./validation.ts";
+import { decodeApply, decodeDeletePreconditions, decodeJson } from "./validation.ts";
 
 import type { JsonObject as Json } from "./json.ts";
 
@@ -482,7 +482,7 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
         return result;
       }
       case "delete": {
-        const deleted = store.delete(route);
+        const deleted = store.delete(route, decodeDeletePreconditions(body, headers));
         await persist();
         if (resource.group === "") {
           const metadata = deleted.metadata as Json;

@@ -76,6 +76,17 @@ export function conflict(route: Route): StatusError {
   );
 }
 
+/** 409 Conflict for a delete whose UID precondition names another object than the one stored. */
+export function preconditionFailed(route: Route, wantUid: string, storedUid: string): StatusError {
+  return new StatusError(
+    409,
+    "Conflict",
+    `Operation cannot be fulfilled on ${resourceLabel(route.resource)} "${route.name}": ` +
+      `Precondition failed: UID in precondition: ${wantUid}, UID in object meta: ${storedUid}`,
+    { name: route.name, ...groupDetail(route.resource), kind: route.resource.plural },
+  );
+}
+
 /** 409 Conflict for a server-side apply that would take fields other managers own. */
 export function applyConflict(
   conflicts: { manager: string; apiVersion: string; path: string }[],

@@ -20,7 +20,7 @@ import {
   withoutVolatile,
 } from "./fields.ts";
 import { apiVersionOf, objectPath, resourceLabel, type ResourceType, type Route } from "./resources.ts";
-import { applyConflict, conflict, groupDetail, notFound, StatusError } from "./status.ts";
+import { applyConflict, conflict, groupDetail, notFound, preconditionFailed, StatusError } from "./status.ts";
 import { checkNameMatchesUrl, normalize, validateContent, validateName } from "./validation.ts";
 
 import type { JsonObject as Json } from "./json.ts";
@@ -267,9 +267,16 @@ export class ObjectStore {
     return { code: 200, object: this.#render(result) };
   }
 
-  /** Deletes the object at `route`; returns it as it was. @throws {StatusError} 404 when absent */
-  delete(route: Route): Json {
+  /**
+   * Deletes the object at `route`, only if its UID is `preconditions.uid` when given; returns it as it
+   * was. @throws {StatusError} 404 when absent, 409 when the UID differs
+   */
+  delete(route: Route, preconditions: { uid?: string } = {}): Json {
     const stored = this.#find(route);
+    const storedUid = String((stored.object.metadata as Json).uid);
+    if (preconditions.uid !== undefined && preconditions.uid !== storedUid) {
+      throw preconditionFailed(route, preconditions.uid, storedUid);
+    }
     this.#objects.delete(objectPath(route));
     this.#changed.add(objectPath(route));
     return this.#render(stored);

@@ -37,6 +37,38 @@ export function decodeJson(body: string, headers: IncomingMessage["headers"], re
   return checkTypeMeta(value, resource);
 }
 
+/**
+ * The preconditions of a delete's body (`DeleteOptions`, JSON; an empty body has none). Only `uid` is
+ * honoured; a `resourceVersion` precondition is refused rather than ignored.
+ */
+export function decodeDeletePreconditions(
+  body: string,
+  headers: IncomingMessage["headers"],
+): { uid?: string } {
+  if (body.trim() === "") return {};
+  if (mediaType(headers) !== "application/json") throw unsupportedMediaType();
+  let value: unknown;
+  try {
+    value = JSON.parse(body);
+  } catch (error) {
+    throw new StatusError(400, "BadRequest", `DeleteOptions: json parse error: ${(error as Error).message}`);
+  }
+  const preconditions = (value as { preconditions?: unknown } | null)?.preconditions;
+  if (preconditions === undefined || preconditions === null) return {};
+  const { uid, resourceVersion } = preconditions as { uid?: unknown; resourceVersion?: unknown };
+  if (typeof preconditions !== "object" || (uid !== undefined && typeof uid !== "string")) {
+    throw new StatusError(400, "BadRequest", "DeleteOptions: preconditions.uid must be a string");
+  }
+  if (resourceVersion !== undefined) {
+    throw new StatusError(
+      400,
+      "BadRequest",
+      "DeleteOptions: a resourceVersion precondition is not supported here",
+    );
+  }
+  return uid === undefined ? {} : { uid };
+}
+
 /** Decodes a server-side apply body (`application/apply-patch+yaml`) for the object at `route`. */
 export function decodeApply(
   body: string,

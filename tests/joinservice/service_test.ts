@@ -234,25 +234,46 @@ const joinCases: JoinCase[] = [
   },
   {
     name: "the JoiningNode refused: the token created before it is deleted",
-    override: { joiningNodes: { record: failing("api-server-refused") } },
+    override: { joiningNodes: { record: failing("api-server-refused"), release: failing("internal") } },
     wantCode: Code.Internal,
     wantReason: "api-server-refused",
     wantWrites: ["create token tok001", "delete token tok001"],
   },
   {
     name: "another control plane joining: Unavailable, the token deleted",
-    override: { keyDigest: CONTROL_PLANE_KEY, joiningNodes: { record: failing("control-plane-busy") } },
+    override: {
+      keyDigest: CONTROL_PLANE_KEY,
+      joiningNodes: { record: failing("control-plane-busy"), release: failing("internal") },
+    },
     request: controlPlane,
     wantCode: Code.Unavailable,
     wantReason: "control-plane-busy",
     wantWrites: ["create token tok001", "delete token tok001"],
   },
   {
-    name: "sealing fails: the token is deleted after the record",
+    name: "sealing fails: the token is deleted after the record (a worker's record is left to the source)",
     override: { sealFails: true },
     wantCode: Code.InvalidArgument,
     wantReason: "seal-failed",
-    wantWrites: ["create token tok001", "record worker-1 (worker)", "delete token tok001"],
+    wantWrites: [
+      "create token tok001",
+      "record worker-1 (worker)",
+      "delete token tok001",
+      "release worker-1 (no uid)",
+    ],
+  },
+  {
+    name: "a control plane's sealing fails: the token is deleted and its record released",
+    override: { keyDigest: CONTROL_PLANE_KEY, sealFails: true },
+    request: controlPlane,
+    wantCode: Code.InvalidArgument,
+    wantReason: "seal-failed",
+    wantWrites: [
+      "create token tok001",
+      "record control-plane-1 (control-plane)",
+      "delete token tok001",
+      "release control-plane-1 (uid-control-plane-1)",
+    ],
   },
   {
     name: "a bug in a dependency is internal, and nothing is written",
@@ -301,8 +322,9 @@ Deno.test("a node gone before its answer: no ticket is sent, and its token is de
   const record = world.deps.joiningNodes.record;
   // The node disconnects while its JoiningNode is written; the write itself completes.
   world.deps.joiningNodes.record = async (node, options) => {
-    await record(node, options);
+    const recorded = await record(node, options);
     gone.abort();
+    return recorded;
   };
   const service = new JoinService(world.deps).handlers();
   const error = await Promise.resolve(
@@ -310,7 +332,12 @@ Deno.test("a node gone before its answer: no ticket is sent, and its token is de
   ).then(() => undefined, (e: unknown) => e);
   assert.ok(error instanceof ConnectError, `want a rejection, got ${error}`);
   assert.equal(Code[error.code], "Canceled");
-  assert.deepEqual(world.writes, ["create token tok001", "record worker-1 (worker)", "delete token tok001"]);
+  assert.deepEqual(world.writes, [
+    "create token tok001",
+    "record worker-1 (worker)",
+    "delete token tok001",
+    "release worker-1 (no uid)",
+  ]);
   assert.equal(world.audit[0].reason, "canceled");
 });
 

@@ -264,6 +264,47 @@ Deno.test("client: server-side apply creates, then updates, a cluster-scoped Joi
   });
 });
 
+Deno.test("client: a delete with a UID precondition deletes only that object; another is Conflict (409)", async () => {
+  await withClient(async (client, server) => {
+    const path = "/apis/update.edgeless.systems/v1alpha1/joiningnodes/control-plane";
+    const record = () =>
+      client.createCustomResource<JoiningNode>(joiningNodes, {
+        apiVersion: "update.edgeless.systems/v1alpha1",
+        kind: "JoiningNode",
+        metadata: { name: "control-plane" },
+        spec: {
+          name: "cp-1",
+          componentsreference: "c",
+          iscontrolplane: true,
+          deadline: "2030-01-01T00:00:00Z",
+        },
+      });
+    const first = await record();
+    await client.deleteCustomResource(joiningNodes, "control-plane");
+    const second = await record();
+    assert.notEqual(second.metadata?.uid, first.metadata?.uid);
+
+    const error = await assertKubernetesError(
+      client.deleteCustomResource(joiningNodes, "control-plane", { uid: first.metadata!.uid }),
+      "Conflict",
+      409,
+      /Precondition failed: UID in precondition/,
+    );
+    assert.equal(error.retryable, false);
+    assert.ok(server.getObject(path), "the newer object is left alone");
+
+    await client.deleteCustomResource(joiningNodes, "control-plane", { uid: second.metadata!.uid });
+    assert.equal(server.getObject(path), undefined);
+    const deletes = requestsTo(server, "DELETE", path);
+    assert.equal(deletes.at(-1)?.contentType, "application/json");
+    await assertKubernetesError(
+      client.deleteCustomResource(joiningNodes, "control-plane", { uid: second.metadata!.uid }),
+      "NotFound",
+      404,
+    );
+  });
+});
+
 Deno.test("client: apply conflicts with another manager's field unless forced; create of an existing CR fails", async () => {
   await withClient(async (client) => {
     const node = (deadline: string) => ({

@@ -178,6 +178,10 @@ export function fakeDependencies(overrides: FakeOverrides = {}): FakeWorld {
     joiningNodes: {
       record: (node) => {
         writes.push(`record ${node.name} (${node.isControlPlane ? "control-plane" : "worker"})`);
+        return Promise.resolve({ node, uid: node.isControlPlane ? `uid-${node.name}` : undefined });
+      },
+      release: ({ node, uid }) => {
+        writes.push(`release ${node.name} (${uid ?? "no uid"})`);
         return Promise.resolve();
       },
     },

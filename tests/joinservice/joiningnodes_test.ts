@@ -1,0 +1,53 @@
+import assert from "node:assert/strict";
+import { KubernetesClient } from "../../src/kubernetes/client.ts";
+import { parseKubeconfig, resolveConnection } from "../../src/kubernetes/kubeconfig.ts";
+import { silentLogger } from "../../src/log/logger.ts";
+import { joiningNodes } from "../../src/joinservice/joiningnodes.ts";
+import { startFakeApiServer } from "../support/fake_apiserver.ts";
+import { ManualClock } from "../support/manual_clock.ts";
+
+const CONTROL_PLANE_PATH = "/apis/update.edgeless.systems/v1alpha1/joiningnodes/control-plane";
+const node = (name: string, isControlPlane: boolean) => ({ name, componentsReference: "c", isControlPlane });
+
+Deno.test("JoiningNodes.release deletes a control plane's record, only the object that attempt wrote", async (t) => {
+  await using server = await startFakeApiServer();
+  const connection = await resolveConnection(parseKubeconfig(server.kubeconfig()), { baseDir: "/" });
+  using client = new KubernetesClient(connection, { retryDelayMs: 10 });
+  const records = joiningNodes({ client, clock: new ManualClock(), logger: silentLogger });
+  const holder = () => (server.getObject(CONTROL_PLANE_PATH)?.spec as { name?: string } | undefined)?.name;
+  const deletes = () => server.requests.filter((r) => r.method === "DELETE").length;
+
+  await t.step("the record of a failed attempt is deleted, so another control plane may join", async () => {
+    const recorded = await records.record(node("cp-1", true), {});
+    assert.ok(recorded.uid);
+    await records.release(recorded, {});
+    assert.equal(holder(), undefined);
+    await records.record(node("cp-2", true), {});
+    assert.equal(holder(), "cp-2");
+  });
+
+  await t.step("a record the same node wrote again since is left alone", async () => {
+    const first = await records.record(node("cp-3", true), {}).catch(() => undefined);
+    assert.equal(first, undefined, "cp-2 holds the record");
+    // cp-2 asks again (its first answer was lost): its record is replaced by a new object.
+    const older = {
+      node: node("cp-2", true),
+      uid: String((server.getObject(CONTROL_PLANE_PATH)!.metadata as { uid: string }).uid),
+    };
+    const newer = await records.record(node("cp-2", true), {});
+    assert.notEqual(newer.uid, older.uid);
+    await records.release(older, {});
+    assert.equal(holder(), "cp-2", "the newer attempt's record stays");
+    await records.release(newer, {});
+    assert.equal(holder(), undefined);
+    await records.release(newer, {}); // gone already: nothing to do, no error
+  });
+
+  await t.step("a worker's record stays, and no request is sent", async () => {
+    const before = deletes();
+    const recorded = await records.record(node("worker-1", false), {});
+    await records.release(recorded, {});
+    assert.equal(deletes(), before);
+    assert.ok(server.getObject("/apis/update.edgeless.systems/v1alpha1/joiningnodes/worker-1"));
+  });
+});
