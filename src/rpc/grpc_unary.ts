@@ -125,13 +125,16 @@ export class GrpcUnaryRoutes {
   /**
    * The call to `path`, ready to run, when it is a gRPC unary call this
    * path takes (see the module documentation) and `body` its whole request
-   * body; undefined for Connect's handler to take.
+   * body; undefined for Connect's handler to take. The message is parsed
+   * only when the call runs (within the server's bound on calls in
+   * progress, as Connect parses it); one that does not parse is handed to
+   * `connect`, Connect's handler, for its answer.
    */
   prepare(
     path: string,
     request: UniversalServerRequest,
     body: Uint8Array,
-  ): (() => Promise<UniversalServerResponse>) | undefined {
+  ): ((connect: () => Promise<UniversalServerResponse>) => Promise<UniversalServerResponse>) | undefined {
     const route = this.#routes.get(path);
     if (!route || request.method !== "POST") return undefined;
     const type = parseContentType(request.header.get(headerContentType));
@@ -147,13 +150,15 @@ export class GrpcUnaryRoutes {
     if (compression.error || compression.request) return undefined;
     const message = singleEnvelope(body, this.#options.readMaxBytes);
     if (!message) return undefined;
-    let input;
-    try {
-      input = route.serialization.getI(true).parse(message);
-    } catch {
-      return undefined;
-    }
-    return () => this.#run(route, request, input, timeout.timeoutMs, compression.response);
+    return (connect) => {
+      let input;
+      try {
+        input = route.serialization.getI(true).parse(message);
+      } catch {
+        return connect();
+      }
+      return this.#run(route, request, input, timeout.timeoutMs, compression.response);
+    };
   }
 
   async #run(

@@ -170,9 +170,9 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
       readAhead(body, options.readMaxBytes + ENVELOPE_HEADER_BYTES).then((readBody) => {
         if (!readBody.whole) return handler({ ...request, body: readBody });
         if (!inProgress.full) {
-          const call = grpcUnary.prepare(handler.requestPath, request, concatBytes(...readBody.chunks)) ??
-            (() => handler({ ...request, body: readBody }));
-          return inProgress.run(call, { signal: request.signal });
+          const connect = () => handler({ ...request, body: readBody });
+          const shortPath = grpcUnary.prepare(handler.requestPath, request, concatBytes(...readBody.chunks));
+          return inProgress.run(shortPath ? () => shortPath(connect) : connect, { signal: request.signal });
         }
         if (refusesOverloadItself.has(handler.requestPath)) {
           contextValues.set(callOverloadedKey, busy);

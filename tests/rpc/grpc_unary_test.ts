@@ -273,9 +273,17 @@ Deno.test("the gRPC unary short path takes plain binary unary calls and leaves e
   });
   routes(shortPath.recording(createConnectRouter()));
   for (const row of ROWS) {
-    await t.step(`${row.name}: ${row.shortPath ? "short path" : "Connect"}`, () => {
+    await t.step(`${row.name}: ${row.shortPath ? "short path" : "Connect"}`, async () => {
       const call = shortPath.prepare(PATH, universalRequest(PATH, row), row.body);
-      assert.equal(call !== undefined, row.shortPath ?? false);
+      let connect = 0;
+      const connectsAnswer = { status: 599, header: new Headers() };
+      const answer = await call?.(() => {
+        connect++;
+        return Promise.resolve(connectsAnswer);
+      });
+      const taken = call !== undefined && connect === 0;
+      assert.equal(taken, row.shortPath ?? false);
+      if (call && !taken) assert.equal(answer, connectsAnswer, "a message that does not parse is Connect's");
     });
   }
   await t.step("a path with no unary method registered: Connect", () => {
