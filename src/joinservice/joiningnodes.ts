@@ -59,36 +59,45 @@ export function joiningNodes(
           return { node };
         }
         const record = resource(CONTROL_PLANE_JOINING_NODE_NAME, node, JOINING_NODE_DEADLINE_MS.controlPlane);
-        try {
-          return {
-            node,
-            uid: (await client.createCustomResource(JOINING_NODES, record, { signal })).metadata?.uid,
-          };
-        } catch (error) {
-          if (!(error instanceof KubernetesError && error.reason === "AlreadyExists")) throw error;
+        // Two rounds: a stale record another replica replaced or removed between our read and our delete
+        // is looked at once more, not deleted blindly (that would drop the other replica's fresh record).
+        for (let round = 1;; round++) {
+          try {
+            const created = await client.createCustomResource(JOINING_NODES, record, { signal });
+            return { node, uid: created.metadata?.uid };
+          } catch (error) {
+            if (!(error instanceof KubernetesError && error.reason === "AlreadyExists")) throw error;
+          }
+          const existing = await client.getCustomResource<CustomResource<{ name?: string; deadline?: string }>>(
+            JOINING_NODES,
+            CONTROL_PLANE_JOINING_NODE_NAME,
+            { signal },
+          ).catch((error) => {
+            if (error instanceof KubernetesError && error.reason === "NotFound") return undefined;
+            throw error;
+          });
+          const holder = existing?.spec?.name ?? "";
+          const deadline = existing?.spec?.deadline ?? "";
+          // In the second round, any record is another attempt's, made since our first look: it holds.
+          if (round > 1 || existing && Date.parse(deadline) > clock.now() && holder !== node.name) {
+            const who = existing ? `control-plane node ${JSON.stringify(holder)} is joining until ${deadline}` : "another control plane's JoiningNode changed meanwhile";
+            throw reject("control-plane-busy", `${who}; control planes join one at a time, retry later`);
+          }
+          if (!existing) continue;
+          if (holder !== node.name) {
+            logger.warn("replacing stale control-plane JoiningNode", { previous: holder });
+          }
+          try {
+            await client.deleteCustomResource(JOINING_NODES, CONTROL_PLANE_JOINING_NODE_NAME, {
+              uid: existing.metadata?.uid,
+              signal,
+            });
+          } catch (error) {
+            const replaced = error instanceof KubernetesError &&
+              (error.reason === "NotFound" || error.reason === "Conflict");
+            if (!replaced) throw error;
+          }
         }
-        const existing = await client.getCustomResource<CustomResource<{ name?: string; deadline?: string }>>(
-          JOINING_NODES,
-          CONTROL_PLANE_JOINING_NODE_NAME,
-          { signal },
-        );
-        const holder = existing.spec?.name ?? "";
-        if (Date.parse(existing.spec?.deadline ?? "") > clock.now() && holder !== node.name) {
-          throw reject(
-            "control-plane-busy",
-            `control-plane node ${
-              JSON.stringify(holder)
-            } is joining until ${existing.spec?.deadline}; control planes join one at a time, retry later`,
-          );
-        }
-        if (holder !== node.name) {
-          logger.warn("replacing stale control-plane JoiningNode", { previous: holder });
-        }
-        await client.deleteCustomResource(JOINING_NODES, CONTROL_PLANE_JOINING_NODE_NAME, { signal });
-        return {
-          node,
-          uid: (await client.createCustomResource(JOINING_NODES, record, { signal })).metadata?.uid,
-        };
       });
     },
     release({ node, uid }, { signal }) {

@@ -76,14 +76,21 @@ export function conflict(route: Route): StatusError {
   );
 }
 
+/** A resource's Kind as kube-apiserver names it in errors: `Secret`, `JoiningNode.update.edgeless.systems`. */
+function kindLabel(resource: ResourceType): string {
+  return resource.group === "" ? resource.kind : `${resource.kind}.${resource.group}`;
+}
+
 /** 409 Conflict for a delete whose UID precondition names another object than the one stored. */
 export function preconditionFailed(route: Route, wantUid: string, storedUid: string): StatusError {
   return new StatusError(
     409,
     "Conflict",
-    `Operation cannot be fulfilled on ${resourceLabel(route.resource)} "${route.name}": ` +
-      `Precondition failed: UID in precondition: ${wantUid}, UID in object meta: ${storedUid}`,
-    { name: route.name, ...groupDetail(route.resource), kind: route.resource.plural },
+    // kube-apiserver's wording (rest.BeforeDelete): the Kind, qualified by the group for custom resources.
+    `Operation cannot be fulfilled on ${kindLabel(route.resource)} "${route.name}": the UID in the ` +
+      `precondition (${wantUid}) does not match the UID in record (${storedUid}). ` +
+      "The object might have been deleted and then recreated",
+    { name: route.name, ...groupDetail(route.resource), kind: route.resource.kind },
   );
 }
 

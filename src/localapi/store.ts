@@ -273,7 +273,7 @@ export class ObjectStore {
    */
   delete(route: Route, preconditions: { uid?: string } = {}): Json {
     const stored = this.#find(route);
-    const storedUid = String((stored.object.metadata as Json).uid);
+    const storedUid = String((stored.object.metadata as Json).uid ?? "");
     if (preconditions.uid !== undefined && preconditions.uid !== storedUid) {
       throw preconditionFailed(route, preconditions.uid, storedUid);
     }

@@ -53,20 +53,28 @@ export function decodeDeletePreconditions(
   } catch (error) {
     throw new StatusError(400, "BadRequest", `DeleteOptions: json parse error: ${(error as Error).message}`);
   }
-  const preconditions = (value as { preconditions?: unknown } | null)?.preconditions;
-  if (preconditions === undefined || preconditions === null) return {};
-  const { uid, resourceVersion } = preconditions as { uid?: unknown; resourceVersion?: unknown };
-  if (typeof preconditions !== "object" || (uid !== undefined && typeof uid !== "string")) {
+  if (!isObject(value)) throw new StatusError(400, "BadRequest", "DeleteOptions: not a JSON object");
+  // As kube-apiserver: an absent or null field is no precondition.
+  const preconditions = value.preconditions ?? {};
+  if (!isObject(preconditions)) {
+    throw new StatusError(400, "BadRequest", "DeleteOptions: preconditions is not a JSON object");
+  }
+  const { uid, resourceVersion } = preconditions;
+  if (uid !== undefined && uid !== null && typeof uid !== "string") {
     throw new StatusError(400, "BadRequest", "DeleteOptions: preconditions.uid must be a string");
   }
-  if (resourceVersion !== undefined) {
+  if (resourceVersion !== undefined && resourceVersion !== null) {
     throw new StatusError(
       400,
       "BadRequest",
       "DeleteOptions: a resourceVersion precondition is not supported here",
     );
   }
-  return uid === undefined ? {} : { uid };
+  return typeof uid === "string" ? { uid } : {};
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /** Decodes a server-side apply body (`application/apply-patch+yaml`) for the object at `route`. */

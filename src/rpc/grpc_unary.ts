@@ -60,6 +60,7 @@ import {
   parseTimeout,
   setTrailerStatus,
 } from "@connectrpc/connect/protocol-grpc";
+import { concatBytes } from "../bytes/concat.ts";
 
 /**
  * The smallest response message the servers compress: none. Given to
@@ -124,8 +125,9 @@ export class GrpcUnaryRoutes {
 
   /**
    * The call to `path`, ready to run, when it is a gRPC unary call this
-   * path takes (see the module documentation) and `body` its whole request
-   * body; undefined for Connect's handler to take. The message is parsed
+   * path takes (see the module documentation) and `chunks` its whole request
+   * body (a few large chunks: see `coalesce.ts`); undefined for Connect's
+   * handler to take. The message is parsed
    * only when the call runs (within the server's bound on calls in
    * progress, as Connect parses it); one that does not parse is handed to
    * `connect`, Connect's handler, for its answer.
@@ -133,7 +135,7 @@ export class GrpcUnaryRoutes {
   prepare(
     path: string,
     request: UniversalServerRequest,
-    body: Uint8Array,
+    chunks: readonly Uint8Array[],
   ): ((connect: () => Promise<UniversalServerResponse>) => Promise<UniversalServerResponse>) | undefined {
     const route = this.#routes.get(path);
     if (!route || request.method !== "POST") return undefined;
@@ -148,6 +150,7 @@ export class GrpcUnaryRoutes {
       headerAcceptEncoding,
     );
     if (compression.error || compression.request) return undefined;
+    const body = chunks.length === 1 ? chunks[0] : concatBytes(...chunks);
     const message = singleEnvelope(body, this.#options.readMaxBytes);
     if (!message) return undefined;
     return (connect) => {
@@ -189,12 +192,15 @@ export class GrpcUnaryRoutes {
       body.push(encodeEnvelope(0, serialization.getO(true).serialize(output as never)));
     } catch (error) {
       context.abort(error);
-      setTrailerStatus(
-        context.responseTrailer,
-        error instanceof ConnectError
-          ? error
-          : new ConnectError("internal error", Code.Internal, undefined, undefined, error),
-      );
+      // As Connect: a thrown `undefined` is no error (status 0, no message).
+      if (error !== undefined) {
+        setTrailerStatus(
+          context.responseTrailer,
+          error instanceof ConnectError
+            ? error
+            : new ConnectError("internal error", Code.Internal, undefined, undefined, error),
+        );
+      }
     } finally {
       context.abort();
     }

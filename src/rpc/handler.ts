@@ -56,8 +56,8 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import { concatBytes } from "../bytes/concat.ts";
 import { ByteBudget } from "../limits/byte_budget.ts";
+import { coalesce } from "./coalesce.ts";
 import { GrpcUnaryRoutes, RESPONSE_COMPRESS_MIN_BYTES } from "./grpc_unary.ts";
 import { WorkPool } from "../limits/pool.ts";
 import { callOverloadedKey, serverBusyMessage } from "./overload.ts";
@@ -149,7 +149,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
 
     const contextValues = options.contextValues(req);
     const request = universalRequestFromNodeRequest(req, res, undefined, contextValues);
-    const body = held.count(request.body as AsyncIterable<Uint8Array>);
+    const body = coalesce(held.count(request.body as AsyncIterable<Uint8Array>));
     const respond = (response: Promise<UniversalServerResponse>) =>
       response
         .then((response) => universalResponseToNodeResponse(response, res))
@@ -171,7 +171,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
         if (!readBody.whole) return handler({ ...request, body: readBody });
         if (!inProgress.full) {
           const connect = () => handler({ ...request, body: readBody });
-          const shortPath = grpcUnary.prepare(handler.requestPath, request, concatBytes(...readBody.chunks));
+          const shortPath = grpcUnary.prepare(handler.requestPath, request, readBody.chunks);
           return inProgress.run(shortPath ? () => shortPath(connect) : connect, { signal: request.signal });
         }
         if (refusesOverloadItself.has(handler.requestPath)) {

@@ -5,7 +5,9 @@
  * routes from their own process (`transport_server.ts`), in one run:
  *
  * 1. crash rate under the randomized hostile-HTTP/2 fuzzer;
- * 2. throughput and latency of gRPC calls from connect-node clients;
+ * 2. throughput, latency and the server's CPU time per call of gRPC calls
+ *    from connect-node clients (the server's from /proc: with the client in
+ *    this process, calls/s measures the client as much as the server);
  * 3. the key service client's per-call latency, one connection per call (as
  *    it was) against one reused connection (as it is).
  *
@@ -19,6 +21,7 @@ import { fuzz } from "../support/hostile_h2.ts";
 import { type RunningService, startService } from "../../src/os/service_process.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { percentile } from "./stats.ts";
+import { processCpuSeconds } from "../support/process_stats.ts";
 
 type Mode = "baseline" | "hardened";
 const MODES: Mode[] = ["baseline", "hardened"];
@@ -78,7 +81,9 @@ for (const mode of MODES) {
 // 2. Throughput and latency, both servers measured back to back.
 const CALLS = 4000;
 console.log(`\n2. gRPC GetDataKey, ${CALLS} calls per row (connect-node clients in this process)`);
-console.log("connections  in flight  server     calls/s  p50 ms  p99 ms  vs baseline");
+console.log(
+  "connections  in flight  server     calls/s  p50 ms  p99 ms  vs baseline  server CPU ms/call  vs baseline",
+);
 for (
   const { connections, concurrency } of [{ connections: 1, concurrency: 1 }, {
     connections: 1,
@@ -89,6 +94,7 @@ for (
   }]
 ) {
   const rates: Record<string, number> = {};
+  const cpuPerCall: Record<string, number> = {};
   for (const mode of MODES) {
     const server = await startServer(mode);
     const pool = Array.from(
@@ -105,19 +111,23 @@ for (
     for (let i = 0; i < 200; i++) await call(i); // warm-up
     latencies.length = 0;
     let next = 0;
+    const cpuBefore = await processCpuSeconds(server.pid);
     const start = performance.now();
     await Promise.all(Array.from({ length: concurrency }, async () => {
       while (next < CALLS) await call(next++);
     }));
     const perSecond = CALLS / ((performance.now() - start) / 1000);
     rates[mode] = perSecond;
+    cpuPerCall[mode] = (await processCpuSeconds(server.pid) - cpuBefore) * 1000 / CALLS;
     latencies.sort((a, b) => a - b);
     console.log(
       `${String(connections).padStart(11)}  ${String(concurrency).padStart(9)}  ${mode.padEnd(9)} ${
         perSecond.toFixed(0).padStart(8)
       }  ${percentile(latencies, 0.5).toFixed(2).padStart(6)}  ${
         percentile(latencies, 0.99).toFixed(2).padStart(6)
-      }  ${(perSecond / rates.baseline).toFixed(2).padStart(10)}`,
+      }  ${(perSecond / rates.baseline).toFixed(2).padStart(10)}  ${
+        cpuPerCall[mode].toFixed(3).padStart(18)
+      }  ${(cpuPerCall[mode] / cpuPerCall.baseline).toFixed(2).padStart(11)}`,
     );
     for (const connection of pool) connection.close();
     await server.stop();

@@ -58,6 +58,10 @@ Deno.test("connection-limit flags reject what is not a positive number (or, wait
       message: 'invalid --max-streams-per-connection "x": want a positive number',
     },
     { args: ["--idle-timeout=-1"], message: 'invalid --idle-timeout "-1": want a positive number' },
+    {
+      args: ["--handshake-timeout=2147484"],
+      message: 'invalid --handshake-timeout "2147484": at most 2147483 seconds',
+    },
     { args: ["--request-timeout="], message: 'invalid --request-timeout "": want a positive number' },
     {
       args: ["--max-calls-in-progress=0"],

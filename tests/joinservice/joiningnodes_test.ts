@@ -51,3 +51,45 @@ Deno.test("JoiningNodes.release deletes a control plane's record, only the objec
     assert.ok(server.getObject("/apis/update.edgeless.systems/v1alpha1/joiningnodes/worker-1"));
   });
 });
+
+Deno.test("JoiningNodes.record replaces a stale control-plane record only if no other replica did first", async () => {
+  let beforeDelete: (() => void) | undefined;
+  await using server = await startFakeApiServer({
+    authorize: (request) => {
+      if (request.verb === "delete" && request.name === "control-plane") beforeDelete?.();
+      return true;
+    },
+  });
+  const connection = await resolveConnection(parseKubeconfig(server.kubeconfig()), { baseDir: "/" });
+  using client = new KubernetesClient(connection, { retryDelayMs: 10 });
+  const clock = new ManualClock();
+  const records = joiningNodes({ client, clock, logger: silentLogger });
+  await records.record(node("cp-stale", true), {});
+  clock.advance(11 * 60_000); // its 10-minute deadline passed
+
+  // Another replica replaces the stale record between this one's read and its delete.
+  beforeDelete = () => {
+    beforeDelete = undefined;
+    server.deleteObject(CONTROL_PLANE_PATH);
+    server.putObject(CONTROL_PLANE_PATH, {
+      apiVersion: "update.edgeless.systems/v1alpha1",
+      kind: "JoiningNode",
+      metadata: { name: "control-plane" },
+      spec: {
+        name: "cp-other",
+        componentsreference: "c",
+        iscontrolplane: true,
+        deadline: "2099-01-01T00:00:00Z",
+      },
+    });
+  };
+  await assert.rejects(
+    records.record(node("cp-new", true), {}),
+    /cp-other.*control planes join one at a time/,
+  );
+  assert.equal(
+    (server.getObject(CONTROL_PLANE_PATH)?.spec as { name: string }).name,
+    "cp-other",
+    "the other replica's fresh record stays",
+  );
+});

@@ -288,7 +288,7 @@ Deno.test("client: a delete with a UID precondition deletes only that object; an
       client.deleteCustomResource(joiningNodes, "control-plane", { uid: first.metadata!.uid }),
       "Conflict",
       409,
-      /Precondition failed: UID in precondition/,
+      /the UID in the precondition \(.*\) does not match the UID in record/,
     );
     assert.equal(error.retryable, false);
     assert.ok(server.getObject(path), "the newer object is left alone");

@@ -191,3 +191,53 @@ Deno.test("fake apiserver: a no-op update keeps the resourceVersion; DELETE answ
   const again = await raw(server, "DELETE", `${secrets}/s`);
   assert.equal(again.status, 404);
 });
+
+Deno.test("fake apiserver: a DELETE's DeleteOptions body, as kube-apiserver reads it", async (t) => {
+  await using server = await startFakeApiServer();
+  const rows: {
+    name: string;
+    body: unknown;
+    wantStatus: number;
+    wantReason?: string;
+    wantMessage?: RegExp;
+  }[] = [
+    { name: "a matching UID deletes", body: (uid: string) => ({ preconditions: { uid } }), wantStatus: 200 },
+    { name: "null preconditions are none", body: { preconditions: null }, wantStatus: 200 },
+    { name: "a null UID is none", body: { preconditions: { uid: null } }, wantStatus: 200 },
+    {
+      name: "another UID is a 409 Conflict in kube-apiserver's words",
+      body: { preconditions: { uid: "another" } },
+      wantStatus: 409,
+      wantReason: "Conflict",
+      wantMessage:
+        /^Operation cannot be fulfilled on Secret "s": the UID in the precondition \(another\) does not match/,
+    },
+    { name: "a body that is not an object", body: "[1]", wantStatus: 400, wantReason: "BadRequest" },
+    {
+      name: "a UID that is not a string",
+      body: { preconditions: { uid: 7 } },
+      wantStatus: 400,
+      wantReason: "BadRequest",
+    },
+    {
+      name: "a resourceVersion precondition is refused, not ignored",
+      body: { preconditions: { resourceVersion: "1" } },
+      wantStatus: 400,
+      wantReason: "BadRequest",
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      const created = await raw(server, "POST", secrets, { metadata: { name: "s" } });
+      const uid = String((created.json.metadata as Json).uid);
+      const body = typeof row.body === "function" ? row.body(uid) : row.body;
+      const answer = await raw(server, "DELETE", `${secrets}/s`, body);
+      assert.equal(answer.status, row.wantStatus, JSON.stringify(answer.json));
+      if (row.wantReason) assert.equal(answer.json.reason, row.wantReason);
+      if (row.wantMessage) assert.match(String(answer.json.message), row.wantMessage);
+      const left = server.getObject(`${secrets}/s`);
+      assert.equal(left === undefined, row.wantStatus === 200, "deleted exactly when the delete succeeded");
+      if (left) await raw(server, "DELETE", `${secrets}/s`);
+    });
+  }
+});

@@ -41,6 +41,8 @@ function routes(router: ConnectRouter): void {
           ]);
         case "plain-error":
           throw new Error("a bug with a secret 5ecret");
+        case "undefined-error":
+          throw undefined;
         case "slow":
           await new Promise((_, reject) =>
             context.signal.addEventListener("abort", () => reject(context.signal.reason), { once: true })
@@ -72,6 +74,8 @@ interface Row {
   name: string;
   /** Whether the short path takes the call (the others go to Connect's handler). */
   shortPath?: boolean;
+  /** Writes the body in this many pieces (default one). */
+  writes?: number;
   body: Uint8Array;
   headers?: http2.OutgoingHttpHeaders;
 }
@@ -146,6 +150,19 @@ const ROWS: Row[] = [
   { name: "the service refuses", shortPath: true, body: envelope(message("connect-error")), headers: GRPC },
   { name: "the service fails", shortPath: true, body: envelope(message("plain-error")), headers: GRPC },
   {
+    name: "the service throws undefined",
+    shortPath: true,
+    body: envelope(message("undefined-error")),
+    headers: GRPC,
+  },
+  {
+    name: "a message of 1,000 bytes in 1,000 writes",
+    shortPath: true,
+    body: envelope(message("k".repeat(994))),
+    headers: GRPC,
+    writes: 1_000,
+  },
+  {
     name: "the service sets headers and trailers",
     shortPath: true,
     body: envelope(message("headers")),
@@ -187,7 +204,13 @@ function send(session: http2.ClientHttp2Session, row: Row): Promise<Answer> {
     stream.on("data", (chunk: Uint8Array) => chunks.push(chunk));
     stream.on("end", () => resolve({ status, headers, body: concatBytes(...chunks).toHex(), trailers }));
     stream.on("error", reject);
-    if (!stream.writableEnded) stream.end(row.body);
+    if (stream.writableEnded) return;
+    const size = Math.ceil(row.body.byteLength / (row.writes ?? 1)) || 1;
+    let offset = 0;
+    for (; offset + size < row.body.byteLength; offset += size) {
+      stream.write(row.body.subarray(offset, offset + size));
+    }
+    stream.end(row.body.subarray(offset));
   });
 }
 
@@ -274,7 +297,7 @@ Deno.test("the gRPC unary short path takes plain binary unary calls and leaves e
   routes(shortPath.recording(createConnectRouter()));
   for (const row of ROWS) {
     await t.step(`${row.name}: ${row.shortPath ? "short path" : "Connect"}`, async () => {
-      const call = shortPath.prepare(PATH, universalRequest(PATH, row), row.body);
+      const call = shortPath.prepare(PATH, universalRequest(PATH, row), [row.body]);
       let connect = 0;
       const connectsAnswer = { status: 599, header: new Headers() };
       const answer = await call?.(() => {
@@ -288,6 +311,6 @@ Deno.test("the gRPC unary short path takes plain binary unary calls and leaves e
   }
   await t.step("a path with no unary method registered: Connect", () => {
     const other = "/kms.API/Other";
-    assert.equal(shortPath.prepare(other, universalRequest(other, ROWS[0]), ROWS[0].body), undefined);
+    assert.equal(shortPath.prepare(other, universalRequest(other, ROWS[0]), [ROWS[0].body]), undefined);
   });
 });
