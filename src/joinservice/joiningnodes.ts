@@ -68,7 +68,9 @@ export function joiningNodes(
           } catch (error) {
             if (!(error instanceof KubernetesError && error.reason === "AlreadyExists")) throw error;
           }
-          const existing = await client.getCustomResource<CustomResource<{ name?: string; deadline?: string }>>(
+          const existing = await client.getCustomResource<
+            CustomResource<{ name?: string; deadline?: string }>
+          >(
             JOINING_NODES,
             CONTROL_PLANE_JOINING_NODE_NAME,
             { signal },
@@ -80,7 +82,9 @@ export function joiningNodes(
           const deadline = existing?.spec?.deadline ?? "";
           // In the second round, any record is another attempt's, made since our first look: it holds.
           if (round > 1 || existing && Date.parse(deadline) > clock.now() && holder !== node.name) {
-            const who = existing ? `control-plane node ${JSON.stringify(holder)} is joining until ${deadline}` : "another control plane's JoiningNode changed meanwhile";
+            const who = existing
+              ? `control-plane node ${JSON.stringify(holder)} is joining until ${deadline}`
+              : "another control plane's JoiningNode changed meanwhile";
             throw reject("control-plane-busy", `${who}; control planes join one at a time, retry later`);
           }
           if (!existing) continue;
