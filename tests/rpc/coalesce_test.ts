@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { concatBytes } from "../../src/bytes/concat.ts";
 import { coalesce } from "../../src/rpc/coalesce.ts";
 
@@ -62,4 +63,21 @@ Deno.test("coalesce: a buffer grows with what arrived, so a tiny body stays tiny
   assert.equal(out.length, 1);
   assert.equal(out[0].byteLength, 3);
   assert.equal(out[0].buffer.byteLength, 3, "the last chunk is copied to its size");
+});
+
+Deno.test("coalesce copies every chunk as it arrives: a sender reusing its buffer changes nothing", async (t) => {
+  for (
+    const [name, size] of [["a body of one small chunk", 10], ["a body of one large chunk", 40]] as const
+  ) {
+    await t.step(name, async () => {
+      const reused = Buffer.from(bytes(size)); // as node:http2 delivers chunks: Buffer.slice() is a view
+      const original = Uint8Array.from(reused);
+      const out: Uint8Array[] = [];
+      for await (const chunk of coalesce(chunksOf([reused]), 16)) {
+        out.push(chunk);
+        reused.fill(0xee); // the runtime writes the next frame into the same memory
+      }
+      assert.deepEqual(concatBytes(...out), original);
+    });
+  }
 });
