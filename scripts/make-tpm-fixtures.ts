@@ -19,6 +19,7 @@
  * @module
  */
 import { TpmIssuer } from "../src/attestation/tpm/issuer.ts";
+import { concatBytes } from "../src/bytes/concat.ts";
 import { extendPcr15, readPcrs } from "../src/attestation/tpm/pcr.ts";
 import { runTpmTool } from "../src/attestation/tpm/tools.ts";
 import { akDigest } from "../src/attestation/tpm/validator.ts";
@@ -35,13 +36,7 @@ const CLUSTER_ID = new TextEncoder().encode("fixture: cluster id");
 const OUT_DIR = new URL("../tests/fixtures/tpm/", import.meta.url);
 
 async function sha256(...parts: Uint8Array[]): Promise<Uint8Array> {
-  const joined = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    joined.set(part, offset);
-    offset += part.length;
-  }
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", joined));
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", concatBytes(...parts)));
 }
 
 /** PCR values after one extend from zero: SHA256(0^32 ‖ digest). */
