@@ -31,10 +31,10 @@ import {
   Code,
   ConnectError,
   type ConnectRouter,
+  type ConnectRouterOptions,
   createHandlerContext,
   createMethodImplSpec,
   createServiceImplSpec,
-  type Interceptor,
   type MethodImplSpec,
 } from "@connectrpc/connect";
 import {
@@ -45,8 +45,10 @@ import {
   encodeEnvelope,
   invokeUnaryImplementation,
   type MethodSerializationLookup,
+  type UniversalHandlerOptions,
   type UniversalServerRequest,
   type UniversalServerResponse,
+  validateUniversalHandlerOptions,
 } from "@connectrpc/connect/protocol";
 import {
   contentTypeProto,
@@ -71,14 +73,37 @@ export const RESPONSE_COMPRESS_MIN_BYTES: number = Number.MAX_SAFE_INTEGER;
 /** A gRPC message's prefix: a flags byte and a 4-byte big-endian length. */
 const ENVELOPE_HEADER_BYTES = 5;
 
-/** What the short path needs of the router's settings. */
-export interface GrpcUnaryOptions {
-  /** Interceptors of every call, as given to the router. */
-  interceptors: Interceptor[];
-  /** Largest accepted request message in bytes, as given to the router. */
-  readMaxBytes: number;
-  /** Compressions the router accepts, as given to it. */
-  acceptCompression: Compression[];
+/**
+ * The router options this path applies as Connect's gRPC handler does, or
+ * that concern only calls it leaves to Connect (JSON, the other protocols).
+ * With any other option given (a request gate, gRPC switched off, an option
+ * Connect adds later), or a compression threshold other than
+ * {@linkcode RESPONSE_COMPRESS_MIN_BYTES}, the path takes no call: every
+ * call goes to Connect's handler (which compresses answers of at least 1 KiB
+ * unless told otherwise). So the router's options are given once, to both,
+ * and cannot drift apart.
+ */
+const APPLIED_OPTIONS: ReadonlySet<string> = new Set([
+  "interceptors",
+  "readMaxBytes",
+  "writeMaxBytes",
+  "compressMinBytes",
+  "acceptCompression",
+  "binaryOptions",
+  "jsonOptions",
+  "maxTimeoutMs",
+  "shutdownSignal",
+  "requireConnectProtocolHeader",
+  "connect",
+  "grpcWeb",
+]);
+
+/** Whether the path answers as Connect would with the router's `options`. */
+function appliesAll(options: ConnectRouterOptions): boolean {
+  return options.compressMinBytes === RESPONSE_COMPRESS_MIN_BYTES &&
+    Object.entries(options).every(([name, value]) =>
+      value === undefined || APPLIED_OPTIONS.has(name) || (name === "grpc" && value === true)
+    );
 }
 
 /** A unary method as registered on the router, with its serialization. */
@@ -90,11 +115,16 @@ interface UnaryRoute {
 /** The unary methods registered on a router, by request path. */
 export class GrpcUnaryRoutes {
   readonly #routes = new Map<string, UnaryRoute>();
-  readonly #options: GrpcUnaryOptions;
+  readonly #options: UniversalHandlerOptions;
+  readonly #enabled: boolean;
 
-  /** No methods yet; register them through {@linkcode GrpcUnaryRoutes.recording}. */
-  constructor(options: GrpcUnaryOptions) {
-    this.#options = options;
+  /**
+   * No methods yet; register them through {@linkcode GrpcUnaryRoutes.recording}.
+   * `options` are the router's own, the object given to `createConnectRouter`.
+   */
+  constructor(options: ConnectRouterOptions) {
+    this.#options = validateUniversalHandlerOptions(options);
+    this.#enabled = appliesAll(options);
   }
 
   /**
@@ -138,10 +168,10 @@ export class GrpcUnaryRoutes {
     chunks: readonly Uint8Array[],
   ): ((connect: () => Promise<UniversalServerResponse>) => Promise<UniversalServerResponse>) | undefined {
     const route = this.#routes.get(path);
-    if (!route || request.method !== "POST") return undefined;
+    if (!this.#enabled || !route || request.method !== "POST") return undefined;
     const type = parseContentType(request.header.get(headerContentType));
     if (!type?.binary) return undefined;
-    const timeout = parseTimeout(request.header.get(headerTimeout), Number.MAX_SAFE_INTEGER);
+    const timeout = parseTimeout(request.header.get(headerTimeout), this.#options.maxTimeoutMs);
     if (timeout.error) return undefined;
     const compression = compressionNegotiate(
       this.#options.acceptCompression,
@@ -178,6 +208,7 @@ export class GrpcUnaryRoutes {
       requestMethod: request.method,
       protocolName: "grpc",
       timeoutMs,
+      shutdownSignal: this.#options.shutdownSignal,
       requestSignal: request.signal,
       requestHeader: request.header,
       url: request.url,
@@ -214,10 +245,12 @@ export class GrpcUnaryRoutes {
 
   #add(spec: MethodImplSpec): void {
     if (spec.kind !== "unary") return;
-    const serialization = createMethodSerializationLookup(spec.method, undefined, undefined, {
-      readMaxBytes: this.#options.readMaxBytes,
-      writeMaxBytes: 0xffffffff,
-    }) as MethodSerializationLookup<never, never>;
+    const serialization = createMethodSerializationLookup(
+      spec.method,
+      this.#options.binaryOptions,
+      this.#options.jsonOptions,
+      this.#options,
+    ) as MethodSerializationLookup<never, never>;
     this.#routes.set(`/${spec.method.parent.typeName}/${spec.method.name}`, { spec, serialization });
   }
 }

@@ -44,6 +44,7 @@ import {
   Code,
   ConnectError,
   type ConnectRouter,
+  type ConnectRouterOptions,
   type ContextValues,
   createConnectRouter,
   type Interceptor,
@@ -101,18 +102,14 @@ export interface RpcHandlerOptions {
 
 /** Creates the request handler; call it with each request and its response. */
 export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, res: RpcResponse) => void {
-  const acceptCompression = [compressionGzip, compressionBrotli];
-  const router = createConnectRouter({
+  const routerOptions: ConnectRouterOptions = {
     interceptors: options.interceptors,
     readMaxBytes: options.readMaxBytes,
-    acceptCompression,
+    acceptCompression: [compressionGzip, compressionBrotli],
     compressMinBytes: RESPONSE_COMPRESS_MIN_BYTES,
-  });
-  const grpcUnary = new GrpcUnaryRoutes({
-    interceptors: options.interceptors ?? [],
-    readMaxBytes: options.readMaxBytes,
-    acceptCompression,
-  });
+  };
+  const router = createConnectRouter(routerOptions);
+  const grpcUnary = new GrpcUnaryRoutes(routerOptions);
   options.routes(grpcUnary.recording(router));
   const handlers = new Map(router.handlers.map((handler) => [handler.requestPath, handler]));
   const inFlight = new ByteBudget(options.maxRequestBytesInFlight);

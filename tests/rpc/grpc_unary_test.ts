@@ -17,6 +17,7 @@ import {
   Code,
   ConnectError,
   type ConnectRouter,
+  type ConnectRouterOptions,
   createConnectRouter,
   createContextValues,
 } from "@connectrpc/connect";
@@ -28,6 +29,12 @@ import { createRpcHandler } from "../../src/rpc/handler.ts";
 import { GrpcUnaryRoutes, RESPONSE_COMPRESS_MIN_BYTES } from "../../src/rpc/grpc_unary.ts";
 
 const READ_MAX_BYTES = 1024;
+/** The router options `createRpcHandler` gives both paths, for a server with READ_MAX_BYTES. */
+const ROUTER_OPTIONS: ConnectRouterOptions = {
+  readMaxBytes: READ_MAX_BYTES,
+  acceptCompression: [compressionGzip, compressionBrotli],
+  compressMinBytes: RESPONSE_COMPRESS_MIN_BYTES,
+};
 const PATH = "/kms.API/GetDataKey";
 
 /** The service: what it does depends on the requested key ID. */
@@ -243,12 +250,7 @@ Deno.test("the gRPC unary short path answers every request exactly as Connect's 
     maxCallsInProgress: 4,
     maxCallsWaiting: 4,
   }));
-  const connects = await listen(connectNodeAdapter({
-    routes,
-    readMaxBytes: READ_MAX_BYTES,
-    acceptCompression: [compressionGzip, compressionBrotli],
-    compressMinBytes: RESPONSE_COMPRESS_MIN_BYTES,
-  }));
+  const connects = await listen(connectNodeAdapter({ routes, ...ROUTER_OPTIONS }));
   const ourSession = http2.connect(ours.url);
   const connectSession = http2.connect(connects.url);
   try {
@@ -289,11 +291,7 @@ function universalRequest(path: string, row: Row): UniversalServerRequest {
 }
 
 Deno.test("the gRPC unary short path takes plain binary unary calls and leaves every other to Connect", async (t) => {
-  const shortPath = new GrpcUnaryRoutes({
-    interceptors: [],
-    readMaxBytes: READ_MAX_BYTES,
-    acceptCompression: [compressionGzip, compressionBrotli],
-  });
+  const shortPath = new GrpcUnaryRoutes(ROUTER_OPTIONS);
   routes(shortPath.recording(createConnectRouter()));
   for (const row of ROWS) {
     await t.step(`${row.name}: ${row.shortPath ? "short path" : "Connect"}`, async () => {
@@ -313,4 +311,47 @@ Deno.test("the gRPC unary short path takes plain binary unary calls and leaves e
     const other = "/kms.API/Other";
     assert.equal(shortPath.prepare(other, universalRequest(other, ROWS[0]), [ROWS[0].body]), undefined);
   });
+});
+
+Deno.test("the gRPC unary short path takes calls only under router options it applies as Connect does", async (t) => {
+  const rows: { name: string; options: ConnectRouterOptions; takes: boolean }[] = [
+    { name: "the servers' options", options: ROUTER_OPTIONS, takes: true },
+    {
+      name: "options Connect applies to JSON only",
+      options: { ...ROUTER_OPTIONS, jsonOptions: {} },
+      takes: true,
+    },
+    {
+      name: "a cap on deadlines (applied)",
+      options: { ...ROUTER_OPTIONS, maxTimeoutMs: 60_000 },
+      takes: true,
+    },
+    { name: "gRPC switched on explicitly", options: { ...ROUTER_OPTIONS, grpc: true }, takes: true },
+    { name: "gRPC switched off", options: { ...ROUTER_OPTIONS, grpc: false }, takes: false },
+    {
+      name: "Connect's compression threshold (1 KiB by default)",
+      options: { ...ROUTER_OPTIONS, compressMinBytes: undefined },
+      takes: false,
+    },
+    {
+      name: "a request gate",
+      options: { ...ROUTER_OPTIONS, requestGate: () => Promise.resolve() } as ConnectRouterOptions,
+      takes: false,
+    },
+    {
+      name: "an option unknown to the short path",
+      options: { ...ROUTER_OPTIONS, addedLater: 1 } as ConnectRouterOptions,
+      takes: false,
+    },
+  ];
+  for (const row of rows) {
+    await t.step(`${row.name}: ${row.takes ? "short path" : "Connect"}`, () => {
+      const shortPath = new GrpcUnaryRoutes(row.options);
+      routes(shortPath.recording(createConnectRouter(row.options)));
+      assert.equal(
+        shortPath.prepare(PATH, universalRequest(PATH, ROWS[0]), [ROWS[0].body]) !== undefined,
+        row.takes,
+      );
+    });
+  }
 });
