@@ -213,11 +213,19 @@ export const ESBUILD_FLAGS: readonly string[] = [
   `--banner:js=import{createRequire}from"node:module";const require=createRequire(import.meta.url);`,
 ];
 
-/** Runs `program args` in `cwd` (a program on PATH: node_modules/.bin under `deno task`). */
-async function run(program: "deno" | "esbuild", args: string[], cwd: string): Promise<void> {
+/**
+ * Runs `program args` in `cwd` (a program on PATH: node_modules/.bin under `deno task`), with `env`
+ * added to the environment it inherits.
+ */
+async function run(
+  program: string,
+  args: string[],
+  cwd: string,
+  env?: Record<string, string>,
+): Promise<void> {
   let output: Deno.CommandOutput;
   try {
-    output = await new Deno.Command(program, { args, cwd, stdin: "null" }).output();
+    output = await new Deno.Command(program, { args, cwd, env, stdin: "null" }).output();
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) {
       throw new BuildError(
@@ -242,6 +250,19 @@ export interface Project {
   config: unknown;
   /** The Deno version package.json pins (devDependencies.deno), named by a launcher that finds none. */
   denoVersion: string;
+  /**
+   * What runs `deno compile` when artifacts are compiled into single executables (with `DENORT_BIN`
+   * set); without it, each artifact is a bundle and its launcher.
+   */
+  compiler?: Compiler;
+}
+
+/** The program that runs `<program> compile …`, and what to add to its environment. */
+export interface Compiler {
+  /** `deno` on PATH, or a stand-in in tests. */
+  program: string;
+  /** Added to the environment it inherits (`DENORT_BIN` it inherits already). */
+  env?: Record<string, string>;
 }
 
 /** Renames `temporary` over `final`, or removes it when anything before failed. */
@@ -319,7 +340,8 @@ export async function buildComponent(
   const beside = component.beside;
   const built = beside ? [await buildBeside(root, beside, temporary(`dist/${beside.dir}`))] : [];
   await removeDirectoryInPlaceOf(`${root}/${out}`);
-  if (Deno.env.get("DENORT_BIN")) {
+  const compiler = project.compiler;
+  if (compiler) {
     // Compiling the bundle, not the entry, embeds one file instead of all of node_modules. The files
     // beside it are embedded too (--include), where the compiled bundle's import.meta.url finds them.
     const binary = temporary(out);
@@ -329,7 +351,7 @@ export async function buildComponent(
       `${root}/${out}`,
       () =>
         run(
-          "deno",
+          compiler.program,
           [
             "compile",
             "--quiet",
@@ -342,6 +364,7 @@ export async function buildComponent(
             `${out}.js`,
           ],
           root,
+          compiler.env,
         ),
     );
     await Deno.remove(`${root}/${out}.js`);
@@ -396,7 +419,10 @@ async function main(args: string[]): Promise<number> {
   }
   const root = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(/\/$/, "");
   try {
-    const project = await readProject(root);
+    const project: Project = {
+      ...await readProject(root),
+      ...Deno.env.get("DENORT_BIN") ? { compiler: { program: "deno" } } : {},
+    };
     for (const component of components) {
       for (const line of await buildComponent(root, project, component)) console.log(`built ${line}`);
     }
