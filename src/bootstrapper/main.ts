@@ -8,7 +8,9 @@
  * with status 1 and one log line naming it, before anything listens.
  *
  * Permissions: the `bootstrapper` permission set of deno.json (the node's
- * paths under `/`, its tools, net). A node root elsewhere (tests, the local
+ * paths under `/`, its tools, net). The state disk is not among its paths:
+ * only cryptsetup opens it (Deno 2.9.6 refuses every /dev path without
+ * `--allow-all`), so it is checked at start by cryptsetup too. A node root elsewhere (tests, the local
  * cluster) needs `--allow-read`/`--allow-write` naming it, and a kubeadm
  * elsewhere an `--allow-run` naming every tool (Deno replaces the set's
  * lists with the flags given):
@@ -128,7 +130,6 @@ async function prepare(
       `unknown attestation variant "${flags.attestationVariant}"; known: ${knownVariants().join(", ")}`,
     );
   }
-  await checkReadable(flags.stateDisk, "state disk (--state-disk)");
   // Read once to check it, then forgotten: cryptsetup reads it itself.
   (await readSecretFile(flags.stateDiskPassphraseFile, {
     description: "first-boot passphrase",
@@ -155,6 +156,7 @@ async function prepare(
     initialPassphraseFile: flags.stateDiskPassphraseFile,
     pbkdf: flags.stateDiskPbkdf,
   });
+  await disk.checkPresent({ signal });
   const metadata = new MetadataClient({
     baseUrl: `${flags.metadataUrl}/`,
     timeoutMs: flags.joinCallTimeoutMs,
@@ -286,21 +288,6 @@ async function runRejoin(flags: BootstrapperFlags, node: Node, signal: AbortSign
       : "rejoin stopped",
   );
   return 0;
-}
-
-/** Throws naming `path` when it is missing or outside the read permissions. */
-async function checkReadable(path: string, what: string): Promise<void> {
-  try {
-    await Deno.stat(path);
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound) throw new Error(`${what} ${path}: does not exist`);
-    if (err instanceof Deno.errors.NotCapable) {
-      throw new Error(
-        `${what} ${path}: outside this process's read permissions (grant it with --allow-read=${path})`,
-      );
-    }
-    throw new Error(`${what} ${path}: ${err instanceof Error ? err.message : String(err)}`);
-  }
 }
 
 /**

@@ -36,6 +36,8 @@ export type StateDiskFailure =
   | "initial-passphrase-wrong"
   /** The device (or header) is missing or not LUKS. */
   | "not-luks"
+  /** The device (or header) does not exist, or cryptsetup cannot open it (checked at start). */
+  | "device-unavailable"
   /** The "initialized" token could not be written (the passphrase is already changed). */
   | "token-failed"
   /** cryptsetup failed otherwise. */
@@ -110,6 +112,27 @@ export class LuksStateDisk {
   constructor(options: LuksStateDiskOptions) {
     this.#options = options;
     this.#binary = options.cryptsetup ?? "cryptsetup";
+  }
+
+  /**
+   * Throws {@linkcode StateDiskError} ("device-unavailable") unless the device (and the header, when
+   * set) exists and cryptsetup can open it; whether it holds LUKS is left to the calls that read it,
+   * once the node serves. Asked of cryptsetup, which reads the disk anyway, not of Deno: Deno 2.9.6
+   * refuses every path under /dev (a real state disk's) without `--allow-all`, whatever `--allow-read`
+   * says.
+   */
+  checkPresent(options: StateDiskCallOptions = {}): Promise<void> {
+    return this.#serialized(async () => {
+      const output = await this.#cryptsetup(["isLuks", ...this.#target()], {}, options);
+      if (output.code !== EXIT_WRONG_DEVICE) return;
+      throw new StateDiskError(
+        "device-unavailable",
+        `${this.#name()}: does not exist or cannot be opened (${exitStatus(output)}): ${
+          stderrExcerpt(output.stderr)
+        }`,
+        { exitCode: output.code },
+      );
+    });
   }
 
   /**

@@ -155,6 +155,42 @@ Deno.test("state disk: a file that is not LUKS gives reason not-luks; a missing 
   });
 });
 
+Deno.test("state disk: checkPresent() asks cryptsetup whether the device can be opened, LUKS or not", async (t) => {
+  await withDisk(async ({ dir, device, initialKeyFile }) => {
+    const plain = `${dir}/plain.img`;
+    await Deno.writeFile(plain, new Uint8Array(4096));
+    const rows: { name: string; options: Partial<LuksStateDiskOptions>; unavailable?: RegExp }[] = [
+      { name: "a LUKS2 container", options: { device } },
+      { name: "a blank disk (read only once the node serves)", options: { device: plain } },
+      {
+        name: "a missing device",
+        options: { device: `${dir}/absent.img` },
+        unavailable:
+          /absent\.img: does not exist or cannot be opened \(exit code 4\): Device .*absent\.img does not exist/,
+      },
+      { name: "a directory", options: { device: dir }, unavailable: /is not compatible/ },
+      {
+        name: "a missing detached header",
+        options: { device: plain, header: `${dir}/absent.hdr` },
+        unavailable: /\(header .*absent\.hdr\): does not exist or cannot be opened/,
+      },
+    ];
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        const disk = new LuksStateDisk({ initialPassphraseFile: initialKeyFile, device, ...row.options });
+        if (!row.unavailable) return await disk.checkPresent();
+        await assert.rejects(disk.checkPresent(), (error) => {
+          assert.ok(error instanceof StateDiskError);
+          assert.equal(error.reason, "device-unavailable");
+          assert.equal(error.exitCode, 4);
+          assert.match(error.message, row.unavailable!);
+          return true;
+        });
+      });
+    }
+  });
+});
+
 Deno.test("state disk: an aborted call is reason aborted", async () => {
   await withDisk(async ({ disk }) => {
     const controller = new AbortController();

@@ -19,6 +19,7 @@ import { runToExit, startService } from "../../src/os/service_process.ts";
 import { KEY_SERVICE_LISTENING, REPO_ROOT, writeSecrets } from "../keyservice/key_service_process.ts";
 import { withTempDir } from "../support/temp_dir.ts";
 import { CONSOLE_LISTENING } from "../../src/console/main.ts";
+import { BOOTSTRAPPER_LISTENING } from "../../src/localcluster/node.ts";
 import { CONSOLE_FILES, PAGE_DIR_NAME } from "../../src/console/page.ts";
 import { buildArtifacts, DIST, PINNED_DENO } from "./artifacts.ts";
 import { CONFIG_DIR, ensureConfigDir, joinServiceArgs, writeJoinServiceInputs } from "./service_inputs.ts";
@@ -247,19 +248,41 @@ Deno.test("the built services run under exactly their permission sets", async (t
     });
 
     await t.step(
-      "the bootstrapper starts, and cannot reach a state disk outside its permissions",
+      "the bootstrapper starts with its state disk under /dev, which only cryptsetup opens, and names a missing one",
       async () => {
         const help = await runToExit(BOOTSTRAPPER_LAUNCHER, ["--help"], { env: LAUNCHER_ENV, cwd: "/" });
         assert.equal(help.code, 0);
         assert.match(help.stdoutLines[0], /^Usage: bootstrapper \[rejoin\]/);
-        const result = await runToExit(BOOTSTRAPPER_LAUNCHER, [
-          // /var/config is the key service's, not the bootstrapper's.
-          ...["--attestation-variant", "dummy", "--tpm", "none", "--root", inside.dir],
-          ...["--state-disk", inside.masterSecretPath],
-        ], { env: LAUNCHER_ENV, cwd: "/" });
-        assert.equal(result.code, 1);
-        const { msg } = JSON.parse(result.stderrLines.at(-1)!);
-        assert.match(msg, /state disk \(--state-disk\) .*: outside this process's read permissions/);
+        // A real state disk is a /dev path, which Deno 2.9.6 refuses without --allow-all; /dev/shm is one
+        // here, written by a shell for that reason. Blank: the disk is read only once the node serves.
+        const disk = `/dev/shm/bootstrapper-build-test-${crypto.randomUUID()}.img`;
+        const root = await Deno.makeTempDir({ prefix: "bootstrapper-root-" });
+        try {
+          assert.equal((await runToExit("sh", ["-c", `head -c 4096 /dev/zero > ${disk}`])).code, 0);
+          await Deno.mkdir(`${root}/run/cryptsetup-keys.d`, { recursive: true });
+          await Deno.writeFile(`${root}/run/cryptsetup-keys.d/state.key`, new Uint8Array(32).fill(7));
+          const args = (stateDisk: string) => [
+            ...["--attestation-variant", "dummy", "--tpm", "none", "--root", root, "--state-disk", stateDisk],
+            ...["--metadata-url", "http://127.0.0.1:9", "--systemctl", "none", "--journalctl", "none"],
+            ...["--port", "0", "--listen-address", "127.0.0.1"],
+          ];
+          const node = await startService(BOOTSTRAPPER_LAUNCHER, args(disk), {
+            readyMatch: BOOTSTRAPPER_LISTENING,
+            env: LAUNCHER_ENV,
+            cwd: "/",
+          });
+          await node.stop();
+          const missing = await runToExit(BOOTSTRAPPER_LAUNCHER, args(`${disk}.absent`), {
+            env: LAUNCHER_ENV,
+            cwd: "/",
+          });
+          assert.equal(missing.code, 1);
+          const { msg } = JSON.parse(missing.stderrLines.at(-1)!);
+          assert.match(msg, /state disk \/dev\/shm\/.*\.absent: does not exist or cannot be opened/);
+        } finally {
+          await runToExit("sh", ["-c", `rm -f ${disk}`]);
+          await Deno.remove(root, { recursive: true });
+        }
       },
     );
 
