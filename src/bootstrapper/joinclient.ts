@@ -11,7 +11,10 @@
  *  2. the node's own metadata (`/self`), retried until it answers with a
  *     name that normalizes into a Kubernetes node name;
  *  3. the join loop: the control-plane peers (`/peers`, role ControlPlane,
- *     with an address, this node excluded) on port 30090, in list order;
+ *     with an address, this node excluded) on port 30090, in list order
+ *     from a control plane picked at random each round, then around (the
+ *     original always began with the first, so a fleet booting at once all
+ *     queued at one join service, however many there were);
  *     per endpoint a fresh P-256 kubelet key and CSR (CN
  *     `system:node:<normalized name>`, O `system:nodes`, the node's VPC IP
  *     as IP SAN) and one ticket request, bounded by the per-call deadline;
@@ -170,6 +173,16 @@ export interface JoinClientOptions {
   callTimeoutMs?: number;
   /** The join service port on control-plane nodes; default 30090. */
   joinServicePort?: number;
+  /**
+   * Which of `count` control planes a round asks first (an index below `count`); default one picked
+   * at random. Tests fix it.
+   */
+  firstEndpoint?: (count: number) => number;
+}
+
+/** A uniformly random index below `count`. */
+function randomIndex(count: number): number {
+  return crypto.getRandomValues(new Uint32Array(1))[0] % count;
 }
 
 /** How a run ended. */
@@ -195,6 +208,7 @@ export class JoinClient {
   readonly #retryIntervalMs: number;
   readonly #callTimeoutMs: number;
   readonly #port: number;
+  readonly #firstEndpoint: (count: number) => number;
   #running = false;
 
   /** A client over `deps`. */
@@ -204,6 +218,7 @@ export class JoinClient {
     this.#retryIntervalMs = options.retryIntervalMs ?? DEFAULT_RETRY_INTERVAL_MS;
     this.#callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.#port = options.joinServicePort ?? JOIN_SERVICE_NODE_PORT;
+    this.#firstEndpoint = options.firstEndpoint ?? randomIndex;
   }
 
   /**
@@ -282,13 +297,15 @@ export class JoinClient {
       signal,
       (d) => this.#deps.metadata.peers({ signal: d, timeoutMs: this.#callTimeoutMs }),
     );
-    const endpoints = controlPlaneEndpoints(peers, self, this.#port);
-    if (endpoints.length === 0) {
+    const listed = controlPlaneEndpoints(peers, self, this.#port);
+    if (listed.length === 0) {
       throw new JoinRoundError(
         "no-control-planes",
         "metadata lists no control-plane node with an address yet",
       );
     }
+    const first = this.#firstEndpoint(listed.length);
+    const endpoints = [...listed.slice(first), ...listed.slice(0, first)];
     for (const endpoint of endpoints) {
       signal?.throwIfAborted();
       let ticket: IssueJoinTicketResponse;

@@ -77,6 +77,8 @@ interface WorldOptions {
   tickets?: (call: TicketCall, index: number) => Promise<IssueJoinTicketResponse>;
   lock?: boolean;
   kubeadmFailures?: number;
+  /** Which control plane a round asks first; default the first listed (null: the client's own default). */
+  firstEndpoint?: ((count: number) => number) | null;
 }
 
 /** Temporary roots of the worlds, removed after the test. */
@@ -114,7 +116,11 @@ async function world(options: WorldOptions = {}): Promise<World> {
       logger: log.logger,
       timers,
     },
-    { retryIntervalMs: INTERVAL, callTimeoutMs: DEADLINE },
+    {
+      retryIntervalMs: INTERVAL,
+      callTimeoutMs: DEADLINE,
+      ...options.firstEndpoint === null ? {} : { firstEndpoint: options.firstEndpoint ?? (() => 0) },
+    },
   );
   return { client, timers, os, calls, log };
 }
@@ -185,6 +191,49 @@ Deno.test("join client", async (t) => {
           "10.0.0.1:30090",
           "10.0.0.2:30090",
         ]);
+      },
+    },
+    {
+      name: "each round starts at the control plane picked for it, then goes around the list",
+      run: async () => {
+        const refused = new TicketError("", "server-busy", "ResourceExhausted: server busy");
+        const firsts: number[] = [];
+        const w = await world({
+          peers: script([...peers, {
+            name: "cp-3",
+            providerId: "",
+            role: "ControlPlane",
+            vpcIp: "10.0.0.3",
+          }]),
+          firstEndpoint: (count) => {
+            firsts.push(count);
+            return firsts.length === 1 ? 1 : 2;
+          },
+          tickets: (call, index) =>
+            index < 3
+              ? Promise.reject(refused)
+              : Promise.resolve(validTicket({ controlPlane: call.request.isControlPlane })),
+        });
+        const outcome = await drive(w.client.run(), w.timers, INTERVAL);
+        assert.equal(outcome.status, "joined");
+        assert.deepEqual(firsts, [3, 3]);
+        assert.deepEqual(w.calls.map((c) => c.endpoint), [
+          ...["10.0.0.1:30090", "10.0.0.3:30090", "10.0.0.2:30090"],
+          "10.0.0.3:30090",
+        ]);
+      },
+    },
+    {
+      name: "by default, nodes start at control planes picked at random: a fleet spreads over all of them",
+      run: async () => {
+        const firstAsked = new Map<string, number>();
+        for (let node = 0; node < 60; node++) {
+          const w = await world({ firstEndpoint: null });
+          assert.equal((await drive(w.client.run(), w.timers, INTERVAL)).status, "joined");
+          firstAsked.set(w.calls[0].endpoint, (firstAsked.get(w.calls[0].endpoint) ?? 0) + 1);
+        }
+        // Each of the two first with probability 1/2: all 60 at one has probability 2^-59.
+        assert.deepEqual([...firstAsked.keys()].sort(), ["10.0.0.1:30090", "10.0.0.2:30090"]);
       },
     },
     {
