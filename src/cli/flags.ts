@@ -32,6 +32,9 @@ export const INIT_DEFAULTS = {
   initTimeoutSeconds: 1800,
 };
 
+/** Default of `cli verify --timeout`: how long to wait for the node's evidence. */
+const VERIFY_TIMEOUT_SECONDS = 30;
+
 /** Usage text for `--help`. */
 export const CLI_USAGE = `Usage: cli <command> [flags]
 
@@ -63,7 +66,7 @@ cli init --node HOST:PORT --attestation-config FILE --master-secret FILE
   --init-timeout <seconds>      how long the node may take to initialize (default ${INIT_DEFAULTS.initTimeoutSeconds})
 
 cli verify (--node HOST:PORT | --evidence FILE) --attestation-config FILE [--output table|json]
-           [--timeout <seconds>]
+           [--timeout <seconds>]   (default table, ${VERIFY_TIMEOUT_SECONDS} s)
   Fresh nonce, the node's evidence, validated; every PCR of the config with the node's
   value. Exit status 0 only when the attestation passes. --evidence checks evidence saved
   to a file instead (the browser console's "Download evidence"), for the nonce in it.
@@ -158,7 +161,7 @@ function parseVerifyFlags(args: string[]): CliCommand {
       : { node: parseEndpointFlag(required(flags.node, "--node (or --evidence)"), "--node", NODE_EXAMPLE) },
     attestationConfig: required(flags["attestation-config"], "--attestation-config"),
     output,
-    timeoutMs: seconds(flags.timeout, "--timeout", 30),
+    timeoutMs: seconds(flags.timeout, "--timeout", VERIFY_TIMEOUT_SECONDS),
   };
 }
 

@@ -52,7 +52,7 @@ Flags:
   --timeout <seconds>      up: how long nodes may take to join (default 300)
   --cors-allow-origin <o>  up: a web origin whose pages may call the nodes' and join
                            services' browser ports; repeatable (default ${consoleOrigin()},
-                           the browser console's: deno task console --local-cluster <state-dir>)
+                           the browser console's: npx deno task console --local-cluster <state-dir>)
   --output <table|json>    status: output format (default table)
   --help                   show this help
 

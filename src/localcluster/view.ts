@@ -116,18 +116,18 @@ export function summary(status: ClusterStatus, cwd: string): string {
     "",
     "Look inside:",
     `  kubectl --kubeconfig ${path(status.kubeconfig)} get joiningnodes,secrets -n kube-system`,
-    `  deno task console --local-cluster ${
+    `  npx deno task console --local-cluster ${
       path(status.stateDir)
     }   (the browser console, ${consoleOrigin()}/)`,
   ];
   if (waiting !== undefined) {
     lines.push(
       `Why has ${waiting.name} not joined? Check its attestation:`,
-      `  deno task cli verify --node ${waiting.initEndpoint} --attestation-config ${
+      `  npx deno task cli verify --node ${waiting.initEndpoint} --attestation-config ${
         path(`${status.stateDir}/attestation-config.json`)
       }`,
     );
   }
-  lines.push("Stop: Ctrl-C in the terminal of `cluster up`, or `deno task cluster down`.");
+  lines.push("Stop: Ctrl-C in the terminal of `cluster up`, or `npx deno task cluster down`.");
   return lines.join("\n") + "\n";
 }

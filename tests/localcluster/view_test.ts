@@ -184,7 +184,7 @@ Deno.test("the node table lines up name, role, address and phase with its reason
 
 Deno.test("the summary says how many nodes joined, where everything is and how to look inside", async (t) => {
   const verifyHint =
-    /Why has (\S+) not joined\? Check its attestation:\n {2}deno task cli verify --node (\S+) /;
+    /Why has (\S+) not joined\? Check its attestation:\n {2}npx deno task cli verify --node (\S+) /;
   const rows: {
     name: string;
     status: ClusterStatus;
@@ -213,7 +213,7 @@ Deno.test("the summary says how many nodes joined, where everything is and how t
         "  logs             .dev/cluster/logs/\n",
         "  state            .dev/cluster/\n",
         "  kubectl --kubeconfig .dev/cluster/admin.conf get joiningnodes,secrets -n kube-system\n",
-        "Stop: Ctrl-C in the terminal of `cluster up`, or `deno task cluster down`.\n",
+        "Stop: Ctrl-C in the terminal of `cluster up`, or `npx deno task cluster down`.\n",
       ],
       wantNot: [verifyHint, "reason", CWD],
     },
@@ -246,7 +246,7 @@ Deno.test("the summary says how many nodes joined, where everything is and how t
         "Cluster failed: 1 of 2 nodes joined (network: loopback).\n",
         "  reason           node worker-0 not joined within 300 s\n",
         "Why has worker-0 not joined? Check its attestation:\n" +
-        "  deno task cli verify --node 10.42.0.3:9000 --attestation-config .dev/cluster/attestation-config.json\n",
+        "  npx deno task cli verify --node 10.42.0.3:9000 --attestation-config .dev/cluster/attestation-config.json\n",
       ],
     },
     {
