@@ -20,9 +20,11 @@ import {
   componentsConfigMapName,
   encodeComponents,
   type KubernetesComponent,
+  NODE_VERSION_MAX_AGE_MS,
   NODE_VERSION_NAME,
   NODE_VERSIONS,
 } from "../../src/joinservice/components.ts";
+import { sleep } from "../../src/async/sleep.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { silentLogger } from "../../src/log/logger.ts";
 import { type MetadataServer, startMetadataServer } from "../../src/metadata/server.ts";
@@ -62,6 +64,9 @@ export interface BootstrapCluster {
   /**
    * Makes the join service hand out `components` from now on, as an upgrade
    * would: a new components ConfigMap and the NodeVersion pointing at it.
+   * Resolves once a NodeVersion the join service read before has expired
+   * (it serves one read for a second), so every ticket after it carries
+   * `components`.
    */
   setComponents(components: KubernetesComponent[]): Promise<void>;
   /**
@@ -161,6 +166,9 @@ export async function startBootstrapCluster(
         ...nodeVersion,
         spec: { ...nodeVersion.spec, kubernetesComponentsReference: name },
       });
+      // A node started within the second would get the components before: on a quiet machine the
+      // component rows of bootstrapper_process_test.ts did, every time.
+      await sleep(NODE_VERSION_MAX_AGE_MS + 200);
     },
     async prepareServices() {
       await projectServiceConfig(cpPaths.adminConf, config);
