@@ -198,7 +198,7 @@ async function prepare(
         clock: systemClock,
         logger,
       });
-      const tls = await createSelfSignedCertificate({ commonName: "bootstrapper", dnsNames: ["localhost"] });
+      const tls = createSelfSignedCertificate({ commonName: "bootstrapper", dnsNames: ["localhost"] });
       const server = await serveRpc({
         hostname: flags.listenAddress,
         port: flags.port,

@@ -142,7 +142,7 @@ async function start(flags: JoinServiceFlags, logger: Logger): Promise<Running> 
       certName: "--tls-cert",
       keyName: "--tls-key",
     })
-    : await createSelfSignedCertificate({ commonName: "join-service", dnsNames: ["localhost"] });
+    : createSelfSignedCertificate({ commonName: "join-service", dnsNames: ["localhost"] });
   const connection = flags.kubeconfig ? await loadKubeconfig(flags.kubeconfig) : await inClusterConfig();
   const client = new KubernetesClient(connection, { logger });
   const pkiDir = `${flags.kubernetesDir}/pki`;

@@ -3,7 +3,7 @@ import * as x509 from "../../src/x509/x509.ts";
 import { createSelfSignedCertificate } from "../../src/x509/selfsigned.ts";
 
 Deno.test("self-signed serving certificate is an end-entity with the requested names, and its key matches", async () => {
-  const { cert, key } = await createSelfSignedCertificate({
+  const { cert, key } = createSelfSignedCertificate({
     commonName: "join-service",
     dnsNames: ["localhost"],
     ipAddresses: ["127.0.0.1"],
