@@ -11,9 +11,10 @@
  * **The floor** is what one ticket's unavoidable crypto costs the join
  * service on one core (quote and CSR signature verification, kubelet
  * certificate signature, nonce MAC, digests, HPKE seal), one operation at a
- * time, as the CPU time this process spends on them, right before each
- * level. It is done with the service's own functions (`seal`, the nonces,
- * the digests), so making those cheaper lowers the floor too. Besides the
+ * time, as CPU time, measured right before each level in a process of its
+ * own held to one core (`crypto_floor.ts`, which says why). It is done with
+ * the service's own functions (`seal`, the nonces, the digests), so making
+ * those cheaper lowers the floor too. Besides the
  * measured ratio, each level gives the ratio the three services would reach
  * with the machine to themselves (cores ÷ their CPU per ticket ÷ floor):
  * the load generator and other sessions share this machine's two cores.
@@ -21,11 +22,13 @@
  * **The load generator is not the service.** Before each level's timed
  * window every request is prepared: a challenge from the join service, a
  * CSR, and evidence forged in this process with the allow-listed software
- * attestation key. In the window each joiner only sends its requests, one
- * after the other, over one of up to 32 connections (joiners are nodes; most
- * have their own). What preparing and sending cost this process is reported
- * as its own CPU time per ticket, and everything the machine did besides the
- * four processes as "others" (other sessions share the 2 cores).
+ * attestation key, and encoded. In the window each joiner only sends its
+ * requests, one after the other, over one of up to 32 connections (joiners
+ * are nodes; most have their own), as gRPC calls without an RPC framework
+ * (`grpc_unary_client.ts`: Connect's client cost the load generator twice
+ * the CPU per ticket). What sending cost this process is reported as its own
+ * CPU time per ticket, and everything the machine did besides the four
+ * processes as "others" (other sessions share the 2 cores).
  *
  * **Nodes that join once.** The levels are closed loops: each joiner sends
  * its next request as soon as the last is answered, so 16 joiners keep 16
@@ -51,14 +54,17 @@
  * @module
  */
 import { machineFigures, writeResults } from "./results.ts";
-import process from "node:process";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { generateKeyPair, seal } from "../../src/atls/hpke.ts";
-import { ChallengeNonces } from "../../src/atls/nonce.ts";
-import { computeReportData, joinRequestDigest } from "../../src/atls/reportdata.ts";
-import { systemClock } from "../../src/clock.ts";
+import { measureCryptoFloor } from "./crypto_floor.ts";
 import { parseCount, parseFlags } from "../../src/flags/flags.ts";
-import type { IssueJoinTicketResponse } from "../../src/gen/join/join_pb.ts";
+import {
+  API,
+  IssueJoinTicketRequestSchema,
+  type IssueJoinTicketResponse,
+  IssueJoinTicketResponseSchema,
+} from "../../src/gen/join/join_pb.ts";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { grpcEnvelope, GrpcUnaryClient } from "./grpc_unary_client.ts";
 import { generateNodeKeys, nodeCsr } from "../support/join_cluster.ts";
 import { type AttestedJoinRequest, attestedJoinRequest, openJoinTicket } from "../support/join_request.ts";
 import {
@@ -86,8 +92,6 @@ const WARM_UP = { joiners: 16, tickets: 160 };
 const MAX_CONNECTIONS = 32;
 /** The issue's targets. */
 const TARGETS = { floorRatioAt128: 0.7, p99MsAt16: 25, peakRssMiBAt512: 150 };
-const ECDSA = { name: "ECDSA", namedCurve: "P-256" } as const;
-const ECDSA_SHA256 = { name: "ECDSA", hash: "SHA-256" } as const;
 
 const flags = parseFlags(Deno.args, {
   rounds: { type: "string", default: "3" },
@@ -120,6 +124,12 @@ await using cluster = await startLoadCluster({
   joinServiceDenoFlags: cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${await Deno.realPath(cpuProfDir)}`] : [],
 });
 const nodes = Array.from({ length: MAX_CONNECTIONS }, () => cluster.connect().client);
+/** The joiners' connections for the timed window (see `grpc_unary_client.ts`), the service's deadline long. */
+const senders = Array.from(
+  { length: MAX_CONNECTIONS },
+  () => new GrpcUnaryClient(cluster.joinService.url, cluster.joinCaPem, 300_000),
+);
+const ISSUE_JOIN_TICKET = `/${API.typeName}/${API.method.issueJoinTicket.name}`;
 /** One kubelet key for every CSR: the nodes' own key generation is no part of the service's work. */
 const kubeletKeys = await generateNodeKeys();
 
@@ -285,8 +295,8 @@ console.log("\nwhere a ticket's time goes (join service /metrics, all levels and
 const breakdown = await latencyBreakdown();
 for (const [name, ms] of Object.entries(breakdown)) console.log(`  ${name.padEnd(64)} ${ms.toFixed(2)}`);
 
-const floor = await cryptoFloor();
-console.log("\nthe crypto floor of one ticket on one core (WebCrypto, this process; once more, at the end):");
+const floor = await measureCryptoFloor();
+console.log("\nthe crypto floor of one ticket on one core (once more, at the end):");
 for (const [name, ms] of Object.entries(floor.parts)) console.log(`  ${name.padEnd(52)} ${ms.toFixed(3)} ms`);
 console.log(
   `  ${"total".padEnd(52)} ${floor.totalMs.toFixed(3)} ms = ${(1000 / floor.totalMs).toFixed(0)}/s`,
@@ -308,7 +318,7 @@ await writeResults(flags.out, {
 
 /** Prepares `level.tickets` requests, then sends them from `level.joiners` joiners, timed. */
 async function runLevel(level: { joiners: number; tickets: number }, round: number): Promise<LevelResult> {
-  const floorPerSecond = 1000 / (await cryptoFloor()).totalMs;
+  const floorPerSecond = 1000 / (await measureCryptoFloor()).totalMs;
 
   const preparing = await processCpuSeconds(Deno.pid);
   const prepared = await prepare(level.tickets, `r${round}-j${level.joiners}`);
@@ -316,18 +326,22 @@ async function runLevel(level: { joiners: number; tickets: number }, round: numb
 
   const latencies: number[] = [];
   let sample: { response: IssueJoinTicketResponse; request: AttestedJoinRequest } | undefined;
+  const bodies = prepared.map(({ request }) => grpcEnvelope(toBinary(IssueJoinTicketRequestSchema, request)));
   let next = 0;
   const before = await cpuSnapshot();
   const started = performance.now();
   await Promise.all(Array.from({ length: level.joiners }, async (_, joiner) => {
-    const client = nodes[joiner % nodes.length];
+    const sender = senders[joiner % senders.length];
     while (next < prepared.length) {
-      const request = prepared[next++];
+      const index = next++;
       const t = performance.now();
-      const response = await client.issueJoinTicket(request.request);
+      const response = fromBinary(
+        IssueJoinTicketResponseSchema,
+        await sender.call(ISSUE_JOIN_TICKET, bodies[index]),
+      );
       latencies.push(performance.now() - t);
       if (!response.sealed) throw new ConnectError("ticket without sealed payload", Code.Internal);
-      sample ??= { response, request };
+      sample ??= { response, request: prepared[index] };
     }
   }));
   const seconds = (performance.now() - started) / 1000;
@@ -507,74 +521,4 @@ async function latencyBreakdown(): Promise<Record<string, number>> {
     means[`${name.replace(/^join_|_seconds$/g, "")} ${labels}`] = Number(sum) / Number(count) * 1000;
   }
   return means;
-}
-
-/**
- * Mean CPU time of `fn` over `n` runs after a warm-up, in ms: this process's
- * CPU, all threads (WebCrypto's work runs on the runtime's pool). Not the
- * wall time, which on a machine other sessions keep busy counts the waits
- * for a core too (up to four times the CPU time was seen).
- */
-async function time(n: number, fn: () => Promise<unknown>): Promise<number> {
-  for (let i = 0; i < Math.min(20, n); i++) await fn();
-  const start = process.cpuUsage();
-  for (let i = 0; i < n; i++) await fn();
-  const { user, system } = process.cpuUsage(start);
-  return (user + system) / 1000 / n;
-}
-
-/**
- * The crypto one ticket cannot do without, one operation at a time: verify
- * the quote's ECDSA signature and the CSR's, sign the kubelet certificate,
- * check the nonce MAC, hash the request and report data, seal the ticket
- * (X25519 HPKE).
- */
-async function cryptoFloor(): Promise<{ parts: Record<string, number>; totalMs: number }> {
-  const ak = await crypto.subtle.generateKey(ECDSA, false, ["sign", "verify"]) as CryptoKeyPair;
-  const quote = crypto.getRandomValues(new Uint8Array(145));
-  const quoteSignature = await crypto.subtle.sign(ECDSA_SHA256, ak.privateKey, quote);
-  const csr = crypto.getRandomValues(new Uint8Array(300));
-  const csrSignature = await crypto.subtle.sign(ECDSA_SHA256, ak.privateKey, csr);
-  const tbs = crypto.getRandomValues(new Uint8Array(450));
-  const nonces = new ChallengeNonces({ key: new Uint8Array(32), clock: systemClock, maxTracked: 1_000_000 });
-  const recipient = await generateKeyPair();
-  const ticket = crypto.getRandomValues(new Uint8Array(3 * 1024));
-  const nonceBytes = crypto.getRandomValues(new Uint8Array(73));
-  const fields = {
-    diskUuid: crypto.randomUUID(),
-    certificateRequest: csr,
-    isControlPlane: false,
-    hostPublicKey: new Uint8Array(),
-    hostCertificatePrincipals: [],
-  };
-  const n = 150;
-  const parts: Record<string, number> = {
-    "ECDSA P-256 verify (quote signature)": await time(
-      n,
-      () => crypto.subtle.verify(ECDSA_SHA256, ak.publicKey, quoteSignature, quote),
-    ),
-    "ECDSA P-256 verify (CSR self-signature)": await time(
-      n,
-      () => crypto.subtle.verify(ECDSA_SHA256, ak.publicKey, csrSignature, csr),
-    ),
-    "ECDSA P-256 sign (kubelet certificate)": await time(
-      n,
-      () => crypto.subtle.sign(ECDSA_SHA256, ak.privateKey, tbs),
-    ),
-    "nonce issue + HMAC check": await time(n, async () => await nonces.consume((await nonces.issue()).nonce)),
-    "request digest + report data (SHA-256)": await time(n, async () => {
-      const requestDigest = await joinRequestDigest(fields);
-      await computeReportData({
-        purpose: "join",
-        nonce: nonceBytes,
-        publicKey: recipient.publicKey,
-        requestDigest,
-      });
-    }),
-    "HPKE seal of a 3 KiB ticket (X25519, AES-256-GCM)": await time(
-      n,
-      () => seal(recipient.publicKey, ticket, { info: new Uint8Array(8), aad: new Uint8Array(32) }),
-    ),
-  };
-  return { parts, totalMs: Object.values(parts).reduce((a, b) => a + b, 0) };
 }
