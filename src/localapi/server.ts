@@ -362,12 +362,21 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
     }
   }
 
+  // A connection's client certificate is the same for all its requests; reading it is a good part of a
+  // request's cost (it is rebuilt from the TLS session each time), so it is read once per connection.
+  const certificateIdentities = new WeakMap<TLSSocket, Identity>();
+
   function authenticate(req: IncomingMessage): Identity {
     const socket = req.socket as TLSSocket;
     if (socket.authorized) {
-      const subject = socket.getPeerCertificate().subject as unknown as Record<string, string | string[]>;
-      const groups = subject.O === undefined ? [] : ([] as string[]).concat(subject.O);
-      return { user: String(subject.CN ?? ""), groups };
+      let identity = certificateIdentities.get(socket);
+      if (!identity) {
+        const subject = socket.getPeerCertificate().subject as unknown as Record<string, string | string[]>;
+        const groups = subject.O === undefined ? [] : ([] as string[]).concat(subject.O);
+        identity = { user: String(subject.CN ?? ""), groups };
+        certificateIdentities.set(socket, identity);
+      }
+      return identity;
     }
     // A certificate that does not chain to the cluster CA is an authentication failure, not anonymous.
     const presented = Object.keys(socket.getPeerCertificate?.() ?? {}).length > 0;
