@@ -33,6 +33,7 @@
  *
  * @module
  */
+import { generateKeyPairSync, sign } from "node:crypto";
 import type { IssueJoinTicketResponse } from "../gen/join/join_pb.ts";
 import { k8sCompliantHostname } from "../kubernetes/nodename.ts";
 import type { Logger } from "../log/logger.ts";
@@ -41,15 +42,12 @@ import { parseIp } from "../net/ip.ts";
 import {
   derBitString,
   derContextTag,
-  derEcdsaSignature,
   derElement,
   derExtension,
-  derNodes,
   derOid,
   derSequence,
   DerTag,
   derUnsignedInteger,
-  readDer,
 } from "../x509/der.ts";
 import { encodePem, PEM_EC_PRIVATE_KEY } from "../x509/pem.ts";
 import type { JoinTicketRequest, TicketCallOptions } from "./join_ticket_source.ts";
@@ -311,7 +309,7 @@ export class JoinClient {
       let ticket: IssueJoinTicketResponse;
       let kubeletKeyPem: string;
       try {
-        const credentials = await kubeletCredentials(self.nodeName, self.vpcIp === "" ? [] : [self.vpcIp]);
+        const credentials = kubeletCredentials(self.nodeName, self.vpcIp === "" ? [] : [self.vpcIp]);
         kubeletKeyPem = credentials.keyPem;
         ticket = await this.#deadline("join ticket request", signal, (d) =>
           tickets.joinTicket(endpoint, {
@@ -396,16 +394,13 @@ export interface KubeletCredentials {
 /**
  * Generates a P-256 kubelet key and its CSR for `nodeName` (already
  * normalized) with IP SANs `ips`. Both are built as DER (no certificate
- * library: the bootstrapper starts faster without one).
+ * library: the bootstrapper starts faster without one). The key is
+ * node:crypto's, not WebCrypto's: the runtime's first WebCrypto ECDSA key
+ * generation costs 35–45 ms, and node:crypto writes the SEC1 key with its
+ * curve named (`parameters [0]`), as the original wrote the kubelet key.
  */
-export async function kubeletCredentials(
-  nodeName: string,
-  ips: readonly string[],
-): Promise<KubeletCredentials> {
-  const keys = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
-    "sign",
-    "verify",
-  ]);
+export function kubeletCredentials(nodeName: string, ips: readonly string[]): KubeletCredentials {
+  const keys = generateKeyPairSync("ec", { namedCurve: "P-256" });
   const names = ips.map((text) => {
     const address = parseIp(text);
     if (!address) throw new TypeError(`not an IP address: ${JSON.stringify(text)}`);
@@ -416,7 +411,7 @@ export async function kubeletCredentials(
   const info = derSequence(
     derUnsignedInteger(Uint8Array.of(0)),
     derSequence(rdn(OID_ORGANIZATION, "system:nodes"), rdn(OID_COMMON_NAME, `system:node:${nodeName}`)),
-    new Uint8Array(await crypto.subtle.exportKey("spki", keys.publicKey)),
+    new Uint8Array(keys.publicKey.export({ type: "spki", format: "der" })),
     derElement(
       derContextTag(0, true),
       ...(names.length > 0
@@ -430,26 +425,24 @@ export async function kubeletCredentials(
         : []),
     ),
   );
-  const signature = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, keys.privateKey, info);
+  // node:crypto's ECDSA signature is DER already, as PKCS#10 wants it.
   const csr = derSequence(
     info,
     ECDSA_WITH_SHA256,
-    derBitString(derEcdsaSignature(new Uint8Array(signature))),
+    derBitString(new Uint8Array(sign("sha256", info, keys.privateKey))),
   );
-  return {
-    keyPem: encodePem(
-      sec1PrivateKey(new Uint8Array(await crypto.subtle.exportKey("pkcs8", keys.privateKey))),
-      PEM_EC_PRIVATE_KEY,
-    ),
-    csr,
-  };
+  const sec1 = keys.privateKey.export({ type: "sec1", format: "der" });
+  try {
+    return { keyPem: encodePem(sec1, PEM_EC_PRIVATE_KEY), csr };
+  } finally {
+    sec1.fill(0);
+  }
 }
 
 const OID_ORGANIZATION = "2.5.4.10";
 const OID_COMMON_NAME = "2.5.4.3";
 const OID_EXTENSION_REQUEST = "1.2.840.113549.1.9.14";
 const OID_SUBJECT_ALT_NAME = "2.5.29.17";
-const OID_PRIME256V1 = "1.2.840.10045.3.1.7";
 const ECDSA_WITH_SHA256 = derSequence(derOid("1.2.840.10045.4.3.2"));
 /** UTF8String. */
 const UTF8_STRING = 0x0c;
@@ -460,31 +453,4 @@ function rdn(oid: string, value: string): Uint8Array {
     DerTag.set,
     derSequence(derOid(oid), derElement(UTF8_STRING, new TextEncoder().encode(value))),
   );
-}
-
-/**
- * The SEC1 ECPrivateKey of a P-256 PKCS#8 key, with its curve named
- * (`parameters [0]`), as the original wrote the kubelet key: WebCrypto
- * exports PKCS#8, whose ECPrivateKey leaves the curve to the algorithm.
- */
-function sec1PrivateKey(pkcs8: Uint8Array<ArrayBuffer>): Uint8Array<ArrayBuffer> {
-  const what = "PKCS#8 key";
-  try {
-    // PrivateKeyInfo ::= SEQUENCE { version, privateKeyAlgorithm, privateKey OCTET STRING, ... }
-    const [, , privateKey] = derNodes(readDer(pkcs8, what, DerTag.sequence).content, what);
-    // ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, parameters [0] OPTIONAL, publicKey [1] OPTIONAL }
-    const [version, key, ...optional] = derNodes(
-      readDer(readDer(privateKey.encoded, what, DerTag.octetString).content, what, DerTag.sequence).content,
-      what,
-    );
-    const parameters = derElement(derContextTag(0, true), derOid(OID_PRIME256V1));
-    return derSequence(
-      version.encoded,
-      key.encoded,
-      parameters,
-      ...optional.filter((node) => node.tag !== derContextTag(0, true)).map((node) => node.encoded),
-    );
-  } finally {
-    pkcs8.fill(0);
-  }
 }

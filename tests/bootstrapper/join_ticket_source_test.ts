@@ -21,7 +21,7 @@ async function joinTicket(
   ip: string,
   isControlPlane: boolean,
 ) {
-  const { csr } = await kubeletCredentials(name, [ip]);
+  const { csr } = kubeletCredentials(name, [ip]);
   return await source.joinTicket(endpoint, { diskUuid: DISK_UUID, certificateRequest: csr, isControlPlane });
 }
 

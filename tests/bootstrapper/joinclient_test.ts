@@ -287,6 +287,10 @@ Deno.test("join client", async (t) => {
         // The key file holds the CSR's key, as SEC1 PEM.
         const keyPem = await Deno.readTextFile(w.os.deps.paths.kubeletKey);
         assert.match(keyPem, /^-----BEGIN EC PRIVATE KEY-----/);
+        // ECPrivateKey with its curve named (parameters [0] prime256v1), as the original wrote it.
+        assert.ok(
+          new Uint8Array(x509.PemConverter.decodeFirst(keyPem)).toHex().includes("a00a06082a8648ce3d030107"),
+        );
         const key = await importSigningKey(keyPem, "kubelet key");
         const signature = await crypto.subtle.sign(key.signingAlgorithm, key.privateKey, new Uint8Array([1]));
         assert.ok(

@@ -168,7 +168,7 @@ Deno.test("e2e: a replayed join request and evidence for another disk are refuse
       assert.equal(issuer.keyDigest, node.akDigest, "the issuer quotes with the key the operator trusts");
       const client = createClient(API, connection.transport);
       const nodeRequest = async (uuid: string) => {
-        const { csr } = await kubeletCredentials(node.name, [node.network.address]);
+        const { csr } = kubeletCredentials(node.name, [node.network.address]);
         return await attestedJoinRequest({ issuer, client, diskUuid: uuid, certificateRequest: csr });
       };
 
