@@ -15,15 +15,8 @@
  * @module
  */
 import { commandLine } from "../flags/flags.ts";
-import { readAttestationConfigFile } from "./attestation_config_file.ts";
 import { CliError, errorLine } from "./errors.ts";
 import { CLI_USAGE, type CliCommand, parseCliArgs } from "./flags.ts";
-import { runInit } from "./init.ts";
-import { createProgress } from "./progress.ts";
-import { runRecover } from "./recover.ts";
-import { renderVerifyJson } from "../verification/report.ts";
-import { verifyEvidenceFile, verifyNode } from "./verify.ts";
-import { renderVerifyTable, useColor } from "./verify_report.ts";
 import { createWarningLogger } from "./warning_logger.ts";
 
 /** Exit status of a failure. */
@@ -56,10 +49,24 @@ export async function main(args: string[]): Promise<number> {
 async function run(parsed: CliCommand, signal: AbortSignal): Promise<number> {
   const logger = createWarningLogger();
   switch (parsed.command) {
-    case "init":
+    case "init": {
+      const [{ runInit }, { createProgress }] = await Promise.all([
+        import("./init.ts"),
+        import("./progress.ts"),
+      ]);
       await runInit(parsed.init, { progress: createProgress(), logger, print: printStdout, signal });
       return 0;
+    }
     case "verify": {
+      const [{ readAttestationConfigFile }, { renderVerifyJson }, { verifyEvidenceFile, verifyNode }, {
+        renderVerifyTable,
+        useColor,
+      }] = await Promise.all([
+        import("./attestation_config_file.ts"),
+        import("../verification/report.ts"),
+        import("./verify.ts"),
+        import("./verify_report.ts"),
+      ]);
       const loaded = await readAttestationConfigFile(parsed.attestationConfig);
       const options = { logger, signal: AbortSignal.any([signal, AbortSignal.timeout(parsed.timeoutMs)]) };
       const result = "evidenceFile" in parsed.source
@@ -71,9 +78,11 @@ async function run(parsed: CliCommand, signal: AbortSignal): Promise<number> {
       Deno.stdout.writeSync(encoder.encode(text));
       return result.passed ? 0 : EXIT_FAILURE;
     }
-    case "recover":
+    case "recover": {
+      const { runRecover } = await import("./recover.ts");
       await runRecover(parsed.recover, printStdout);
       return 0;
+    }
   }
 }
 
