@@ -4,13 +4,10 @@
  * server starts and then fails every handshake without a word, so a wrong
  * file has to stop the service at start, with a line naming it.
  *
- * node:crypto is imported only when a pair is read (`await import`): loading
- * it costs a service's start, and most run with a certificate of their own
- * making instead.
- *
  * @module
  */
-import type { KeyObject, X509Certificate } from "node:crypto";
+import { Buffer } from "node:buffer";
+import { createPrivateKey, type KeyObject, X509Certificate } from "node:crypto";
 import { readSecretFile } from "../secrets/secret_file.ts";
 import { decodePemBlocks, type PemBlock } from "./pem.ts";
 
@@ -78,33 +75,25 @@ export async function readTlsKeyPair(options: ReadTlsKeyPairOptions): Promise<Tl
   const key = decoder.decode(keyBytes);
   keyBytes.fill(0);
 
-  const [nodeCrypto, { Buffer }] = await Promise.all([import("node:crypto"), import("node:buffer")]);
-  const node = { crypto: nodeCrypto, Buffer };
-  const certificate = parseCertificate(node, cert, certLabel);
-  const privateKey = parsePrivateKey(node, key, keyLabel);
+  const certificate = parseCertificate(cert, certLabel);
+  const privateKey = parsePrivateKey(key, keyLabel);
   if (!certificate.checkPrivateKey(privateKey)) {
     throw new TlsKeyPairError(`${keyLabel} is not the key of the certificate in ${certLabel}`);
   }
   return { cert, key };
 }
 
-/** node:crypto and node:buffer's Buffer, imported by {@linkcode readTlsKeyPair}. */
-interface NodeModules {
-  crypto: typeof import("node:crypto");
-  Buffer: typeof import("node:buffer").Buffer;
-}
-
-function parseCertificate(node: NodeModules, pem: string, label: string): X509Certificate {
+function parseCertificate(pem: string, label: string): X509Certificate {
   const block = pemBlocks(pem).find((b) => b.type === "CERTIFICATE");
   if (!block) throw new TlsKeyPairError(`${label}: no PEM CERTIFICATE block`);
   try {
-    return new node.crypto.X509Certificate(new Uint8Array(block.rawData));
+    return new X509Certificate(new Uint8Array(block.rawData));
   } catch {
     throw new TlsKeyPairError(`${label}: the CERTIFICATE block is not a valid X.509 certificate`);
   }
 }
 
-function parsePrivateKey(node: NodeModules, pem: string, label: string): KeyObject {
+function parsePrivateKey(pem: string, label: string): KeyObject {
   const blocks = pemBlocks(pem);
   const block = blocks.find((b) => b.type in KEY_TYPES);
   if (!block) {
@@ -120,8 +109,8 @@ function parsePrivateKey(node: NodeModules, pem: string, label: string): KeyObje
   }
   let key: KeyObject;
   try {
-    key = node.crypto.createPrivateKey({
-      key: node.Buffer.from(block.rawData),
+    key = createPrivateKey({
+      key: Buffer.from(block.rawData),
       format: "der",
       type: KEY_TYPES[block.type],
     });
