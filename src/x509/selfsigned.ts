@@ -3,10 +3,11 @@
  * TLS without a configured certificate. The certificate is an end-entity
  * (CA:FALSE): rustls clients reject a CA certificate used as a server's.
  *
- * Built as DER and signed once with WebCrypto, without a certificate
+ * Built as DER and signed once with node:crypto, without a certificate
  * library: the bootstrapper and the join service make one before they
  * listen, and evaluating @peculiar/x509 alone took longer than the rest of
- * their start.
+ * their start; and not with WebCrypto, whose first ECDSA key generation in a
+ * process costs 35–45 ms (every later one under 1 ms).
  *
  * @module
  */
@@ -62,9 +63,6 @@ export function createSelfSignedCertificate(
       return derElement(IP_ADDRESS, address);
     }),
   ];
-  // node:crypto, not WebCrypto: the runtime's first WebCrypto ECDSA key generation costs 35-45 ms (every
-  // later one under 1 ms), and this runs once, at start, on the way to listening. Its signature is DER
-  // already, as X.509 wants it.
   const keys = generateKeyPairSync("ec", { namedCurve: "P-256" });
   const serial = crypto.getRandomValues(new Uint8Array(16));
   serial[0] &= 0x7f; // positive
@@ -95,8 +93,13 @@ export function createSelfSignedCertificate(
     new Uint8Array(keys.publicKey.export({ type: "spki", format: "der" })),
     derElement(derContextTag(3, true), derSequence(...extensions)),
   );
+  // node:crypto's ECDSA signature is DER already, as X.509 wants it.
   const signature = new Uint8Array(sign("sha256", tbsCertificate, keys.privateKey));
   const cert = derSequence(tbsCertificate, ECDSA_WITH_SHA256, derBitString(signature));
-  const key = encodePem(keys.privateKey.export({ type: "pkcs8", format: "der" }), "PRIVATE KEY");
-  return { cert: encodePem(cert, "CERTIFICATE"), key };
+  const pkcs8 = keys.privateKey.export({ type: "pkcs8", format: "der" });
+  try {
+    return { cert: encodePem(cert, "CERTIFICATE"), key: encodePem(pkcs8, "PRIVATE KEY") };
+  } finally {
+    pkcs8.fill(0);
+  }
 }
