@@ -5,9 +5,9 @@
  *
  * A component's permissions are its deno.json permission set, expanded into
  * explicit `--allow-*` flags, so one definition serves `deno run -P`, the
- * tests and the artifacts; its other runtime flags (the join service's heap
- * settings) come from its module, as they do for every other way it is
- * started.
+ * tests and the artifacts; its other runtime flags (the services' heap
+ * settings, `src/os/service_runtime.ts`) come from that module, as they do
+ * for every other way the services are started.
  *
  * Every component is first bundled into `dist/<name>.js` by esbuild, installed
  * from package.json like every other dependency (see {@linkcode ESBUILD_FLAGS}).
@@ -37,7 +37,7 @@
  */
 import { buildConsole } from "../src/console/build.ts";
 import { CONSOLE_FILES, PAGE_DIR_NAME } from "../src/console/page.ts";
-import { JOIN_SERVICE_DENO_FLAGS } from "../src/joinservice/runtime.ts";
+import { SERVICE_DENO_FLAGS } from "../src/os/service_runtime.ts";
 
 /** A component to build. */
 export interface Component {
@@ -69,12 +69,17 @@ export interface BesideFiles {
 
 /** Every component, built in this order. */
 export const COMPONENTS: readonly Component[] = [
-  { name: "key-service", entry: "src/keyservice/main.ts", permissionSet: "key-service" },
+  {
+    name: "key-service",
+    entry: "src/keyservice/main.ts",
+    permissionSet: "key-service",
+    runtimeFlags: SERVICE_DENO_FLAGS,
+  },
   {
     name: "join-service",
     entry: "src/joinservice/main.ts",
     permissionSet: "join-service",
-    runtimeFlags: JOIN_SERVICE_DENO_FLAGS,
+    runtimeFlags: SERVICE_DENO_FLAGS,
   },
   { name: "bootstrapper", entry: "src/bootstrapper/main.ts", permissionSet: "bootstrapper" },
   { name: "local-api", entry: "src/localapi/main.ts", permissionSet: "local-api" },

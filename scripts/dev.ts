@@ -12,6 +12,7 @@
  *
  * @module
  */
+import { SERVICE_DENO_FLAGS } from "../src/os/service_runtime.ts";
 import { commandLine, parseFlags, parsePort } from "../src/flags/flags.ts";
 
 /** Usage text for `--help`. */
@@ -74,6 +75,7 @@ async function main(args: string[]): Promise<number> {
         "-P=key-service",
         "--no-prompt",
         `--allow-read=${dir}`,
+        ...SERVICE_DENO_FLAGS,
         "src/keyservice/main.ts",
         "--listen-address=127.0.0.1",
         `--port=${flags.port}`,

@@ -12,7 +12,7 @@ import { stringify } from "yaml";
 import { KubernetesClient } from "../kubernetes/client.ts";
 import { loadKubeconfig } from "../kubernetes/kubeconfig.ts";
 import { writeFileAtomic } from "../fs/atomic_write.ts";
-import { JOIN_SERVICE_DENO_FLAGS } from "../joinservice/runtime.ts";
+import { SERVICE_DENO_FLAGS } from "../os/service_runtime.ts";
 
 /** The namespace of the cluster's own objects. */
 const KUBE_SYSTEM = "kube-system";
@@ -132,6 +132,7 @@ export function keyServiceArgs(options: ServiceArgsOptions, port: number): strin
     "-P=key-service",
     "--no-prompt",
     `--allow-read=${configDir}`,
+    ...SERVICE_DENO_FLAGS,
     `${options.repoRoot}src/keyservice/main.ts`,
     ...["--listen-address", "127.0.0.1", "--port", String(port)],
     ...["--master-secret", `${configDir}/mastersecret`, "--salt", `${configDir}/salt`],
@@ -145,7 +146,7 @@ export function joinServiceArgs(options: ServiceArgsOptions): string[] {
     "-P=join-service",
     "--no-prompt",
     `--allow-read=${options.configDir},${options.kubernetesDir}`,
-    ...JOIN_SERVICE_DENO_FLAGS,
+    ...SERVICE_DENO_FLAGS,
     `${options.repoRoot}src/joinservice/main.ts`,
     ...["--attestation-variant", "qemu-vtpm", "--key-service-endpoint", options.keyServiceEndpoint],
     ...[

@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { SERVICE_DENO_FLAGS } from "../../src/os/service_runtime.ts";
 import { type RunningService, runToExit, startService } from "../../src/os/service_process.ts";
 
 /** The repository root (the tests' working directory for `deno run` and `buf`). */
@@ -50,6 +51,7 @@ export function keyServiceArgs(allowRead: string[], flags: string[]): string[] {
     "-P=key-service",
     "--no-prompt",
     ...(allowRead.length > 0 ? [`--allow-read=${allowRead.join(",")}`] : []),
+    ...SERVICE_DENO_FLAGS,
     "src/keyservice/main.ts",
     "--port",
     "0",

@@ -46,7 +46,7 @@ import {
 } from "../../src/joinservice/components.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefiles.ts";
 import { bootstrapTokenSecretName } from "../../src/joinservice/bootstraptoken.ts";
-import { JOIN_SERVICE_DENO_FLAGS } from "../../src/joinservice/runtime.ts";
+import { SERVICE_DENO_FLAGS } from "../../src/os/service_runtime.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../../src/kubernetes/names.ts";
 import { deriveKey } from "../../src/kms/hkdf.ts";
 import {
@@ -519,7 +519,7 @@ export function joinServiceCommand(options: JoinServiceCommandOptions): string[]
     "--no-prompt",
     `--allow-read=${paths.root}`,
     `--allow-net=${[...new Set(["127.0.0.1", address])].join(",")}`,
-    ...JOIN_SERVICE_DENO_FLAGS,
+    ...SERVICE_DENO_FLAGS,
     ...(options.denoFlags ?? []),
     "src/joinservice/main.ts",
     ...["--attestation-variant", CLUSTER_VARIANT],
