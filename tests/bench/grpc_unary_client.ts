@@ -23,14 +23,6 @@ import { guardHttp2Teardown } from "../../src/rpc/http2_guard.ts";
 /** A gRPC message's prefix: a flags byte and a 4-byte big-endian length. */
 const ENVELOPE_HEADER_BYTES = 5;
 
-/** `message` as one uncompressed gRPC envelope, the request body of a unary call. */
-export function grpcEnvelope(message: Uint8Array): Uint8Array {
-  const envelope = new Uint8Array(ENVELOPE_HEADER_BYTES + message.byteLength);
-  new DataView(envelope.buffer).setUint32(1, message.byteLength);
-  envelope.set(message, ENVELOPE_HEADER_BYTES);
-  return envelope;
-}
-
 /** One TLS HTTP/2 session to a gRPC server, opened at construction. */
 export class GrpcUnaryClient implements Disposable {
   readonly #session: http2.ClientHttp2Session;
@@ -48,8 +40,9 @@ export class GrpcUnaryClient implements Disposable {
   }
 
   /**
-   * Calls `path` ("/package.Service/Method") with a request body from
-   * {@linkcode grpcEnvelope}; resolves to the answer's message bytes.
+   * Calls `path` ("/package.Service/Method") with a request body of one
+   * uncompressed message (`grpcMessage` of `tests/support/h2_frames.ts`);
+   * resolves to the answer's message bytes.
    *
    * @throws {ConnectError} with the call's `grpc-status` and `grpc-message`
    * when it is not OK, or Internal when the answer is not one message.

@@ -65,7 +65,8 @@ import {
   IssueJoinTicketResponseSchema,
 } from "../../src/gen/join/join_pb.ts";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
-import { grpcEnvelope, GrpcUnaryClient } from "./grpc_unary_client.ts";
+import { GrpcUnaryClient } from "./grpc_unary_client.ts";
+import { grpcMessage } from "../support/h2_frames.ts";
 import { generateNodeKeys, nodeCsr } from "../support/join_cluster.ts";
 import { type AttestedJoinRequest, attestedJoinRequest, openJoinTicket } from "../support/join_request.ts";
 import {
@@ -336,7 +337,7 @@ async function runLevel(level: { joiners: number; tickets: number }, round: numb
 
   const latencies: number[] = [];
   let sample: { response: IssueJoinTicketResponse; request: AttestedJoinRequest } | undefined;
-  const bodies = prepared.map(({ request }) => grpcEnvelope(toBinary(IssueJoinTicketRequestSchema, request)));
+  const bodies = prepared.map(({ request }) => grpcMessage(toBinary(IssueJoinTicketRequestSchema, request)));
   let next = 0;
   const before = await cpuSnapshot();
   const started = performance.now();

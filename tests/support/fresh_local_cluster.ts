@@ -23,7 +23,29 @@ export async function withFreshCluster<T>(
     } finally {
       await cluster.close();
     }
+  } catch (error) {
+    // The state directory goes below, and with it the logs an error message points at.
+    await printLogTails(`${stateDir}/logs`);
+    throw error;
   } finally {
     await Deno.remove(stateDir, { recursive: true });
+  }
+}
+
+/** Lines of each log file printed when a cluster fails. */
+const LOG_TAIL_LINES = 30;
+
+/** Prints the last lines of every log in `dir` to stderr (the components' logs hold no secrets). */
+async function printLogTails(dir: string): Promise<void> {
+  try {
+    for await (const entry of Deno.readDir(dir)) {
+      if (!entry.isFile) continue;
+      const lines = (await Deno.readTextFile(`${dir}/${entry.name}`)).trimEnd().split("\n");
+      console.error(
+        `--- ${entry.name} (last ${LOG_TAIL_LINES} lines) ---\n${lines.slice(-LOG_TAIL_LINES).join("\n")}`,
+      );
+    }
+  } catch (error) {
+    console.error(`(no logs in ${dir}: ${(error as Error).message})`);
   }
 }
