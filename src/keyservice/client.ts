@@ -7,15 +7,18 @@
  *
  * A client keeps one HTTP/2 connection to the key service, reused by every
  * call and reopened when it drops (`src/rpc/client.ts`); it is closed after
- * a minute without calls, or by `close()`.
+ * a minute without calls, or by `close()`. Keys asked for while a call is in
+ * flight go out together in the next call (`batching.ts`).
  *
  * @module
  */
 import { isUnanswered } from "../rpc/unanswered.ts";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { API } from "../gen/kms/kms_pb.ts";
+import { create } from "@bufbuild/protobuf";
+import { API, GetDataKeyRequestSchema } from "../gen/kms/kms_pb.ts";
 import { parseEndpoint } from "../net/endpoint.ts";
 import { connectRpc } from "../rpc/client.ts";
+import { DataKeyBatcher } from "./batching.ts";
 
 /** Options for {@linkcode createKeyServiceClient}. */
 export interface KeyServiceClientOptions {
@@ -50,6 +53,14 @@ export interface KeyServiceClient extends Disposable {
 export const DEFAULT_KEY_SERVICE_TIMEOUT_MS = 10_000;
 
 /**
+ * The most keys in one call; well under the key service's 64 and its 4 KiB
+ * messages (a state disk key's ID is a disk UUID, 36 characters).
+ */
+export const KEYS_PER_CALL = 32;
+/** The most bytes of key IDs in one call (counted at 3 bytes a character). */
+export const KEY_ID_BYTES_PER_CALL = 3_000;
+
+/**
  * Creates a key service client.
  *
  * @throws {TypeError} when `endpoint` is not "host:port".
@@ -59,19 +70,18 @@ export function createKeyServiceClient(options: KeyServiceClientOptions): KeySer
   const timeoutMs = options.timeoutMs ?? DEFAULT_KEY_SERVICE_TIMEOUT_MS;
   const connection = connectRpc({ baseUrl, protocol: "connect" });
   const client = createClient(API, connection.transport);
+  const batcher = new DataKeyBatcher({
+    getDataKey: async (request, signal) => (await client.getDataKey(request, { timeoutMs, signal })).dataKey,
+    getDataKeys: async (requests) => (await client.getDataKeys({ requests }, { timeoutMs })).outcomes,
+  }, { maxKeys: KEYS_PER_CALL, maxKeyIdBytes: KEY_ID_BYTES_PER_CALL });
   return {
     async getDataKey(keyId, length, callOptions = {}) {
-      const response = await client.getDataKey(
-        { dataKeyId: keyId, length },
-        { timeoutMs, signal: callOptions.signal },
-      );
-      if (response.dataKey.length !== length) {
-        throw new ConnectError(
-          `key service returned ${response.dataKey.length} bytes, want ${length}`,
-          Code.Internal,
-        );
+      const request = create(GetDataKeyRequestSchema, { dataKeyId: keyId, length });
+      const dataKey = await batcher.get(request, callOptions.signal);
+      if (dataKey.length !== length) {
+        throw new ConnectError(`key service returned ${dataKey.length} bytes, want ${length}`, Code.Internal);
       }
-      return response.dataKey;
+      return dataKey;
     },
     close: connection.close,
     [Symbol.dispose]: connection.close,

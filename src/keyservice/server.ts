@@ -1,6 +1,7 @@
 /**
- * The key service's `kms.API/GetDataKey` handler: derives a data key from
- * the cluster's master secret for a key ID.
+ * The key service's `kms.API` handlers: `GetDataKey` derives a data key from
+ * the cluster's master secret for a key ID; `GetDataKeys` derives several,
+ * each with its own outcome.
  *
  * @module
  */
@@ -8,9 +9,14 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import {
   API,
+  type DataKeyOutcome,
+  DataKeyOutcomeSchema,
   type GetDataKeyRequest,
   type GetDataKeyResponse,
   GetDataKeyResponseSchema,
+  type GetDataKeysRequest,
+  type GetDataKeysResponse,
+  GetDataKeysResponseSchema,
 } from "../gen/kms/kms_pb.ts";
 import { MAX_DERIVED_KEY_LENGTH } from "../kms/hkdf.ts";
 import { dataKeyInfo } from "../kms/keys.ts";
@@ -31,25 +37,22 @@ export interface KeyServiceOptions {
   logger?: Logger;
 }
 
+/** The most keys one `GetDataKeys` call may ask for. */
+export const MAX_DATA_KEYS_PER_CALL = 64;
+
 /**
  * Registers `kms.API` on a router. `GetDataKey` checks, in this order:
  * length 0 → InvalidArgument "can't derive key with length zero"; empty ID →
  * InvalidArgument "no data key ID specified"; length above 8160 →
  * InvalidArgument (before anything is allocated). It then returns
  * `kms.getDek("key-" + id, length)`; a KMS failure is Internal.
+ * `GetDataKeys` refuses no keys or more than {@linkcode MAX_DATA_KEYS_PER_CALL}
+ * (InvalidArgument), and otherwise answers each request as `GetDataKey`
+ * would, a failure as that key's outcome (code and message), not the call's.
  */
 export function keyServiceRoutes(options: KeyServiceOptions): (router: ConnectRouter) => void {
   const logger = options.logger ?? silentLogger;
-  const getDataKey = async (
-    request: GetDataKeyRequest,
-    context: HandlerContext,
-  ): Promise<GetDataKeyResponse> => {
-    const { dataKeyId, length } = request;
-    logger.debug("GetDataKey", {
-      keyId: truncateForLog(dataKeyId),
-      length,
-      peer: context.values.get(peerAddressKey),
-    });
+  const derive = async ({ dataKeyId, length }: GetDataKeyRequest): Promise<Uint8Array> => {
     if (length === 0) throw new ConnectError("can't derive key with length zero", Code.InvalidArgument);
     if (dataKeyId === "") throw new ConnectError("no data key ID specified", Code.InvalidArgument);
     if (length > MAX_DERIVED_KEY_LENGTH) {
@@ -58,16 +61,56 @@ export function keyServiceRoutes(options: KeyServiceOptions): (router: ConnectRo
         Code.InvalidArgument,
       );
     }
-    let dataKey: Uint8Array;
     try {
-      dataKey = await options.kms.getDek(dataKeyInfo(dataKeyId), length);
+      return await options.kms.getDek(dataKeyInfo(dataKeyId), length);
     } catch (err) {
       logger.error("deriving data key failed", { keyId: truncateForLog(dataKeyId), length, error: err });
       throw new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal);
     }
-    return create(GetDataKeyResponseSchema, { dataKey });
   };
-  return (router) => router.service(API, { getDataKey });
+  const getDataKey = async (
+    request: GetDataKeyRequest,
+    context: HandlerContext,
+  ): Promise<GetDataKeyResponse> => {
+    logger.debug("GetDataKey", {
+      keyId: truncateForLog(request.dataKeyId),
+      length: request.length,
+      peer: context.values.get(peerAddressKey),
+    });
+    return create(GetDataKeyResponseSchema, { dataKey: await derive(request) });
+  };
+  const getDataKeys = async (
+    { requests }: GetDataKeysRequest,
+    context: HandlerContext,
+  ): Promise<GetDataKeysResponse> => {
+    logger.debug("GetDataKeys", {
+      keys: requests.length,
+      keyIds: requests.slice(0, 4).map((request) => truncateForLog(request.dataKeyId)),
+      peer: context.values.get(peerAddressKey),
+    });
+    if (requests.length === 0) throw new ConnectError("no data keys requested", Code.InvalidArgument);
+    if (requests.length > MAX_DATA_KEYS_PER_CALL) {
+      throw new ConnectError(
+        `${requests.length} data keys requested: the maximum is ${MAX_DATA_KEYS_PER_CALL} per call`,
+        Code.InvalidArgument,
+      );
+    }
+    const outcomes: DataKeyOutcome[] = [];
+    for (const request of requests) {
+      try {
+        outcomes.push(create(DataKeyOutcomeSchema, {
+          outcome: { case: "dataKey", value: await derive(request) },
+        }));
+      } catch (err) {
+        const { code, rawMessage } = ConnectError.from(err);
+        outcomes.push(create(DataKeyOutcomeSchema, {
+          outcome: { case: "error", value: { code, message: rawMessage } },
+        }));
+      }
+    }
+    return create(GetDataKeysResponseSchema, { outcomes });
+  };
+  return (router) => router.service(API, { getDataKey, getDataKeys });
 }
 
 /** Key IDs are client-chosen and may be up to the 4 MiB message limit: keep log lines short. */

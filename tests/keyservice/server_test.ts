@@ -100,3 +100,87 @@ Deno.test("GetDataKey logs the key ID and length at debug, never the key", async
     for (const line of logs) for (const form of keyForms) assert.ok(!line.includes(form), line);
   });
 });
+
+Deno.test("GetDataKeys answers each key as GetDataKey would; a bad request fails only its own key", async () => {
+  const ffUuid = "ffffffff-ffff-ffff-ffff-ffffffffffff";
+  await withKeyService(zeroKms(), async (endpoint, logs) => {
+    using connection = connectRpc({ baseUrl: `http://${endpoint}`, protocol: "grpc" });
+    const client = createClient(API, connection.transport);
+    const { outcomes } = await client.getDataKeys({
+      requests: [
+        { dataKeyId: ZERO_UUID, length: 32 },
+        { dataKeyId: "", length: 32 },
+        { dataKeyId: ZERO_UUID, length: 0 },
+        { dataKeyId: ZERO_UUID, length: 8161 },
+        { dataKeyId: ffUuid, length: 16 },
+      ],
+    });
+    assert.deepEqual(
+      outcomes.map(({ outcome }) => outcome.case === "dataKey" ? outcome.value.toHex() : outcome.value),
+      [
+        HKDF_ZERO.output,
+        { $typeName: "kms.DataKeyError", code: Code.InvalidArgument, message: "no data key ID specified" },
+        {
+          $typeName: "kms.DataKeyError",
+          code: Code.InvalidArgument,
+          message: "can't derive key with length zero",
+        },
+        {
+          $typeName: "kms.DataKeyError",
+          code: Code.InvalidArgument,
+          message: "can't derive key with length 8161: the maximum is 8160 bytes",
+        },
+        (await zeroKms().getDek(`key-${ffUuid}`, 16)).toHex(),
+      ],
+    );
+    const entry = JSON.parse(logs.at(-1)!);
+    assert.deepEqual([entry.msg, entry.keys, entry.keyIds], ["GetDataKeys", 5, [
+      ZERO_UUID,
+      "",
+      ZERO_UUID,
+      ZERO_UUID,
+    ]]);
+    assert.ok(!logs.join("\n").includes(HKDF_ZERO.output), "no key in the logs");
+  });
+});
+
+Deno.test("GetDataKeys refuses no keys and more than 64 keys", async () => {
+  await withKeyService(zeroKms(), async (endpoint) => {
+    using connection = connectRpc({ baseUrl: `http://${endpoint}`, protocol: "connect" });
+    const client = createClient(API, connection.transport);
+    await expectConnectError(
+      client.getDataKeys({ requests: [] }),
+      Code.InvalidArgument,
+      "no data keys requested",
+    );
+    const requests = Array.from({ length: 65 }, (_, i) => ({ dataKeyId: `k${i}`, length: 1 }));
+    await expectConnectError(
+      client.getDataKeys({ requests }),
+      Code.InvalidArgument,
+      "65 data keys requested: the maximum is 64 per call",
+    );
+    assert.equal((await client.getDataKeys({ requests: requests.slice(0, 64) })).outcomes.length, 64);
+  });
+});
+
+Deno.test("a client's concurrent getDataKey calls go out together while one is in flight", async () => {
+  const kms = zeroKms();
+  const gate = Promise.withResolvers<void>();
+  const gated: DataKeySource = {
+    getDek: async (id, length) => {
+      await gate.promise;
+      return kms.getDek(id, length);
+    },
+  };
+  await withKeyService(gated, async (endpoint, logs) => {
+    using client = createKeyServiceClient({ endpoint });
+    const ids = Array.from({ length: 6 }, (_, i) => `0000000${i}-0000-0000-0000-000000000000`);
+    const keys = ids.map((id) => client.getDataKey(id, 32));
+    while (logs.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    gate.resolve();
+    const derived = await Promise.all(ids.map((id) => kms.getDek(`key-${id}`, 32)));
+    assert.deepEqual(await Promise.all(keys), derived);
+    const calls = logs.map((line) => JSON.parse(line)).map((entry) => [entry.msg, entry.keys ?? entry.keyId]);
+    assert.deepEqual(calls, [["GetDataKey", ids[0]], ["GetDataKeys", 5]]);
+  });
+});

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file kms/kms.proto.
  */
 export const file_kms_kms: GenFile = /*@__PURE__*/
-  fileDesc("Cg1rbXMva21zLnByb3RvEgNrbXMiOAoRR2V0RGF0YUtleVJlcXVlc3QSEwoLZGF0YV9rZXlfaWQYASABKAkSDgoGbGVuZ3RoGAIgASgNIiYKEkdldERhdGFLZXlSZXNwb25zZRIQCghkYXRhX2tleRgBIAEoDDJECgNBUEkSPQoKR2V0RGF0YUtleRIWLmttcy5HZXREYXRhS2V5UmVxdWVzdBoXLmttcy5HZXREYXRhS2V5UmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("Cg1rbXMva21zLnByb3RvEgNrbXMiOAoRR2V0RGF0YUtleVJlcXVlc3QSEwoLZGF0YV9rZXlfaWQYASABKAkSDgoGbGVuZ3RoGAIgASgNIiYKEkdldERhdGFLZXlSZXNwb25zZRIQCghkYXRhX2tleRgBIAEoDCI+ChJHZXREYXRhS2V5c1JlcXVlc3QSKAoIcmVxdWVzdHMYASADKAsyFi5rbXMuR2V0RGF0YUtleVJlcXVlc3QiPAoTR2V0RGF0YUtleXNSZXNwb25zZRIlCghvdXRjb21lcxgBIAMoCzITLmttcy5EYXRhS2V5T3V0Y29tZSJTCg5EYXRhS2V5T3V0Y29tZRISCghkYXRhX2tleRgBIAEoDEgAEiIKBWVycm9yGAIgASgLMhEua21zLkRhdGFLZXlFcnJvckgAQgkKB291dGNvbWUiLQoMRGF0YUtleUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCTKGAQoDQVBJEj0KCkdldERhdGFLZXkSFi5rbXMuR2V0RGF0YUtleVJlcXVlc3QaFy5rbXMuR2V0RGF0YUtleVJlc3BvbnNlEkAKC0dldERhdGFLZXlzEhcua21zLkdldERhdGFLZXlzUmVxdWVzdBoYLmttcy5HZXREYXRhS2V5c1Jlc3BvbnNlYgZwcm90bzM");
 
 /**
  * Request for a derived data key.
@@ -63,6 +63,99 @@ export const GetDataKeyResponseSchema: GenMessage<GetDataKeyResponse> = /*@__PUR
   messageDesc(file_kms_kms, 1);
 
 /**
+ * Several data keys at once, 1 to 64.
+ *
+ * @generated from message kms.GetDataKeysRequest
+ */
+export type GetDataKeysRequest = Message<"kms.GetDataKeysRequest"> & {
+  /**
+   * @generated from field: repeated kms.GetDataKeyRequest requests = 1;
+   */
+  requests: GetDataKeyRequest[];
+};
+
+/**
+ * Describes the message kms.GetDataKeysRequest.
+ * Use `create(GetDataKeysRequestSchema)` to create a new message.
+ */
+export const GetDataKeysRequestSchema: GenMessage<GetDataKeysRequest> = /*@__PURE__*/
+  messageDesc(file_kms_kms, 2);
+
+/**
+ * The outcomes, in the order of the requests.
+ *
+ * @generated from message kms.GetDataKeysResponse
+ */
+export type GetDataKeysResponse = Message<"kms.GetDataKeysResponse"> & {
+  /**
+   * @generated from field: repeated kms.DataKeyOutcome outcomes = 1;
+   */
+  outcomes: DataKeyOutcome[];
+};
+
+/**
+ * Describes the message kms.GetDataKeysResponse.
+ * Use `create(GetDataKeysResponseSchema)` to create a new message.
+ */
+export const GetDataKeysResponseSchema: GenMessage<GetDataKeysResponse> = /*@__PURE__*/
+  messageDesc(file_kms_kms, 3);
+
+/**
+ * One key of GetDataKeys: the key, or why there is none.
+ *
+ * @generated from message kms.DataKeyOutcome
+ */
+export type DataKeyOutcome = Message<"kms.DataKeyOutcome"> & {
+  /**
+   * @generated from oneof kms.DataKeyOutcome.outcome
+   */
+  outcome: {
+    /**
+     * @generated from field: bytes data_key = 1;
+     */
+    value: Uint8Array;
+    case: "dataKey";
+  } | {
+    /**
+     * @generated from field: kms.DataKeyError error = 2;
+     */
+    value: DataKeyError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message kms.DataKeyOutcome.
+ * Use `create(DataKeyOutcomeSchema)` to create a new message.
+ */
+export const DataKeyOutcomeSchema: GenMessage<DataKeyOutcome> = /*@__PURE__*/
+  messageDesc(file_kms_kms, 4);
+
+/**
+ * What GetDataKey would have failed with: its code (Connect's numbering, as gRPC's) and message.
+ *
+ * @generated from message kms.DataKeyError
+ */
+export type DataKeyError = Message<"kms.DataKeyError"> & {
+  /**
+   * @generated from field: uint32 code = 1;
+   */
+  code: number;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message kms.DataKeyError.
+ * Use `create(DataKeyErrorSchema)` to create a new message.
+ */
+export const DataKeyErrorSchema: GenMessage<DataKeyError> = /*@__PURE__*/
+  messageDesc(file_kms_kms, 5);
+
+/**
  * The key service API.
  *
  * @generated from service kms.API
@@ -77,6 +170,18 @@ export const API: GenService<{
     methodKind: "unary";
     input: typeof GetDataKeyRequestSchema;
     output: typeof GetDataKeyResponseSchema;
+  },
+  /**
+   * GetDataKeys derives several data keys in one call, each as GetDataKey would, with an outcome of
+   * its own: one bad request fails only its own key. Not in the original: the join service sends
+   * the keys its concurrent tickets need together (at most 64 per call).
+   *
+   * @generated from rpc kms.API.GetDataKeys
+   */
+  getDataKeys: {
+    methodKind: "unary";
+    input: typeof GetDataKeysRequestSchema;
+    output: typeof GetDataKeysResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_kms_kms, 0);
