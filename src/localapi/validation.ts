@@ -7,7 +7,7 @@
  * @module
  */
 import type { IncomingMessage } from "node:http";
-import { parse as parseYaml } from "yaml";
+import { parseApplyPatch } from "./apply_patch.ts";
 import { apiVersionOf, type ResourceType, type Route } from "./resources.ts";
 import { invalid, StatusError, unsupportedMediaType } from "./status.ts";
 
@@ -93,7 +93,7 @@ export function decodeApply(
   }
   let value: unknown;
   try {
-    value = parseYaml(body);
+    value = parseApplyPatch(body);
   } catch {
     throw new StatusError(400, "BadRequest", "error decoding YAML: the apply patch is not valid YAML");
   }

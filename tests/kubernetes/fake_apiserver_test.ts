@@ -150,6 +150,33 @@ Deno.test("fake apiserver: apply needs a fieldManager and the apply content type
   assert.deepEqual(applied.json.spec, { name: "n" });
 });
 
+Deno.test("fake apiserver: an apply body in JSON or YAML applies the same; a repeated key is refused", async () => {
+  await using server = await startFakeApiServer();
+  const path = (name: string) => `/apis/update.edgeless.systems/v1alpha1/joiningnodes/${name}?fieldManager=m`;
+  const apply = (name: string, body: string) =>
+    raw(server, "PATCH", path(name), body, { contentType: "application/apply-patch+yaml" });
+  const json = await apply(
+    "j",
+    '{"apiVersion":"update.edgeless.systems/v1alpha1","kind":"JoiningNode","metadata":{"name":"j"},"spec":{"name":"n"}}',
+  );
+  const yaml = await apply(
+    "y",
+    "apiVersion: update.edgeless.systems/v1alpha1\nkind: JoiningNode\nmetadata:\n  name: y\nspec:\n  name: n\n",
+  );
+  assert.deepEqual([json.status, json.json.spec], [201, { name: "n" }]);
+  assert.deepEqual([yaml.status, yaml.json.spec], [201, { name: "n" }]);
+  for (
+    const body of [
+      '{"apiVersion":"update.edgeless.systems/v1alpha1","kind":"JoiningNode","metadata":{"name":"r"},"spec":{"name":"a","name":"b"}}',
+      "apiVersion: update.edgeless.systems/v1alpha1\nkind: JoiningNode\nmetadata:\n  name: r\nspec:\n  name: a\n  name: b\n",
+    ]
+  ) {
+    const refused = await apply("r", body);
+    assert.equal(refused.status, 400);
+    assert.equal(refused.json.message, "error decoding YAML: the apply patch is not valid YAML");
+  }
+});
+
 Deno.test("fake apiserver: apply removes fields its manager stopped applying, keeps others' fields", async () => {
   await using server = await startFakeApiServer();
   const path = "/apis/update.edgeless.systems/v1alpha1/joiningnodes/n";
