@@ -9,12 +9,16 @@
  *
  * A batch of one is a plain `GetDataKey` call, as the original system makes,
  * and carries its caller's signal. A key whose caller gives up while it
- * waits, or while its batch is in flight, is rejected at once with Canceled;
- * its batch goes on for the others. One key's failure (an empty ID, a bad
- * length) is that key's alone. A failed call (no connection, deadline) fails
- * every key it carried, with that call's error. A key service that does not
- * know `GetDataKeys` (Unimplemented: one from before it) gets single calls
- * from then on.
+ * waits, or while its batch is in flight, is rejected at once with its
+ * signal's reason as a ConnectError (a deadline stays DeadlineExceeded,
+ * anything else is Canceled); its batch goes on for the others. A key still
+ * unanswered `timeoutMs` after it was asked for, queued or in flight, fails
+ * with DeadlineExceeded, as a call of its own would have. One key's failure
+ * (an empty ID, a bad length) is that key's alone. A failed call (no
+ * connection, deadline) fails every key it carried, with that call's error.
+ * A key service that does not know `GetDataKeys` (Unimplemented: one from
+ * before it) gets a call of its own for every key, at once, as before
+ * batching, for the life of the batcher.
  *
  * @module
  */
@@ -29,16 +33,20 @@ export interface DataKeyCalls {
   getDataKeys(requests: GetDataKeyRequest[]): Promise<DataKeyOutcome[]>;
 }
 
-/** Limits of one batch. */
+/** Limits of one batch, and of one key's wait. */
 export interface DataKeyBatchLimits {
   /** The most keys in one call. */
   maxKeys: number;
+  /** The most bytes of keys (their lengths summed) in one call. A key over this alone still goes, alone. */
+  maxKeyBytes: number;
   /**
    * The most bytes of key IDs in one call, counted at 3 bytes a character
    * (UTF-8's most for one UTF-16 unit): the key service refuses larger
    * messages. A key over this alone still goes, in a call of its own.
    */
   maxKeyIdBytes: number;
+  /** How long a key may wait for its answer, queued and in its call, in milliseconds. */
+  timeoutMs: number;
 }
 
 interface PendingKey {
@@ -64,13 +72,24 @@ export class DataKeyBatcher {
     this.#limits = limits;
   }
 
-  /** The key for `request`, from the next call; rejects with Canceled when `signal` aborts first. */
+  /**
+   * The key for `request`, from the next call. Rejects with the signal's
+   * reason (as a ConnectError, Canceled unless it is one) when `signal`
+   * aborts first, and with DeadlineExceeded when no answer came within
+   * `timeoutMs`.
+   */
   get(request: GetDataKeyRequest, signal?: AbortSignal): Promise<Uint8Array> {
-    if (signal?.aborted) return Promise.reject(canceled());
+    if (signal?.aborted) return Promise.reject(aborted(signal));
+    if (this.#batchesUnsupported) return this.#calls.getDataKey(request, signal);
     return new Promise((resolve, reject) => {
-      const onAbort = () => pending.reject(canceled());
+      const onAbort = () => pending.reject(aborted(signal!));
+      const timer = setTimeout(
+        () => pending.reject(timedOut(this.#limits.timeoutMs)),
+        this.#limits.timeoutMs,
+      );
       const settle = () => {
         pending.settled = true;
+        clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
       };
       const pending: PendingKey = {
@@ -100,19 +119,26 @@ export class DataKeyBatcher {
     if (this.#queue.length === 0) return;
     const batch = this.#takeBatch();
     this.#inFlight = true;
-    this.#send(batch).finally(() => {
-      this.#inFlight = false;
-      this.#sendNext();
-    });
+    this.#send(batch)
+      // #send answers every key itself; should it throw all the same, its keys fail rather than wait
+      // forever, and the process does not end on an unhandled rejection.
+      .catch((error) => batch.forEach((pending) => pending.reject(error)))
+      .finally(() => {
+        this.#inFlight = false;
+        this.#sendNext();
+      });
   }
 
   #takeBatch(): PendingKey[] {
-    if (this.#batchesUnsupported) return this.#queue.splice(0, 1);
-    let bytes = 0;
+    let idBytes = 0;
+    let keyBytes = 0;
     let count = 0;
-    for (const pending of this.#queue) {
-      bytes += pending.request.dataKeyId.length * 3;
-      if (count > 0 && (count === this.#limits.maxKeys || bytes > this.#limits.maxKeyIdBytes)) break;
+    for (const { request } of this.#queue) {
+      idBytes += request.dataKeyId.length * 3;
+      keyBytes += request.length;
+      const full = count === this.#limits.maxKeys || idBytes > this.#limits.maxKeyIdBytes ||
+        keyBytes > this.#limits.maxKeyBytes;
+      if (count > 0 && full) break;
       count++;
     }
     return this.#queue.splice(0, count);
@@ -130,7 +156,11 @@ export class DataKeyBatcher {
     } catch (error) {
       if (ConnectError.from(error).code === Code.Unimplemented) {
         this.#batchesUnsupported = true;
-        this.#queue.unshift(...batch);
+        // Every key waiting goes now, each in a call of its own, as later keys will (see get()).
+        for (const pending of [...batch, ...this.#queue.splice(0)]) {
+          if (pending.settled) continue;
+          this.#calls.getDataKey(pending.request, pending.signal).then(pending.resolve, pending.reject);
+        }
         return;
       }
       for (const pending of batch) pending.reject(error);
@@ -165,7 +195,15 @@ function outcomeError(error: DataKeyError | undefined): ConnectError {
   );
 }
 
-/** No cause: a ConnectError with a runtime error as its cause reads as a lost call (`isUnanswered`). */
-function canceled(): ConnectError {
-  return new ConnectError("data key request canceled", Code.Canceled);
+/**
+ * A caller's abort as the call itself would have reported it: a ConnectError
+ * reason as it is (a handler's deadline is DeadlineExceeded), an AbortError
+ * as Canceled (without a cause: one reads as a lost call, `isUnanswered`).
+ */
+function aborted(signal: AbortSignal): ConnectError {
+  return ConnectError.from(signal.reason, Code.Canceled);
+}
+
+function timedOut(timeoutMs: number): ConnectError {
+  return new ConnectError(`no data key from the key service within ${timeoutMs} ms`, Code.DeadlineExceeded);
 }

@@ -19,6 +19,7 @@ import { API, GetDataKeyRequestSchema } from "../gen/kms/kms_pb.ts";
 import { parseEndpoint } from "../net/endpoint.ts";
 import { connectRpc } from "../rpc/client.ts";
 import { DataKeyBatcher } from "./batching.ts";
+import { MAX_DATA_KEY_BYTES_PER_CALL } from "./server.ts";
 
 /** Options for {@linkcode createKeyServiceClient}. */
 export interface KeyServiceClientOptions {
@@ -73,7 +74,12 @@ export function createKeyServiceClient(options: KeyServiceClientOptions): KeySer
   const batcher = new DataKeyBatcher({
     getDataKey: async (request, signal) => (await client.getDataKey(request, { timeoutMs, signal })).dataKey,
     getDataKeys: async (requests) => (await client.getDataKeys({ requests }, { timeoutMs })).outcomes,
-  }, { maxKeys: KEYS_PER_CALL, maxKeyIdBytes: KEY_ID_BYTES_PER_CALL });
+  }, {
+    maxKeys: KEYS_PER_CALL,
+    maxKeyBytes: MAX_DATA_KEY_BYTES_PER_CALL,
+    maxKeyIdBytes: KEY_ID_BYTES_PER_CALL,
+    timeoutMs,
+  });
   return {
     async getDataKey(keyId, length, callOptions = {}) {
       const request = create(GetDataKeyRequestSchema, { dataKeyId: keyId, length });

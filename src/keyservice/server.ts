@@ -39,6 +39,12 @@ export interface KeyServiceOptions {
 
 /** The most keys one `GetDataKeys` call may ask for. */
 export const MAX_DATA_KEYS_PER_CALL = 64;
+/**
+ * The most bytes of keys (their lengths summed) one `GetDataKeys` call may
+ * ask for: twice the longest single key, so a call costs the service about
+ * what two `GetDataKey` calls can (64 keys of 32 bytes are 2,048).
+ */
+export const MAX_DATA_KEY_BYTES_PER_CALL = 2 * MAX_DERIVED_KEY_LENGTH;
 
 /**
  * Registers `kms.API` on a router. `GetDataKey` checks, in this order:
@@ -46,7 +52,8 @@ export const MAX_DATA_KEYS_PER_CALL = 64;
  * InvalidArgument "no data key ID specified"; length above 8160 →
  * InvalidArgument (before anything is allocated). It then returns
  * `kms.getDek("key-" + id, length)`; a KMS failure is Internal.
- * `GetDataKeys` refuses no keys or more than {@linkcode MAX_DATA_KEYS_PER_CALL}
+ * `GetDataKeys` refuses no keys, more than {@linkcode MAX_DATA_KEYS_PER_CALL}
+ * or more than {@linkcode MAX_DATA_KEY_BYTES_PER_CALL} bytes of keys
  * (InvalidArgument), and otherwise answers each request as `GetDataKey`
  * would, a failure as that key's outcome (code and message), not the call's.
  */
@@ -92,6 +99,13 @@ export function keyServiceRoutes(options: KeyServiceOptions): (router: ConnectRo
     if (requests.length > MAX_DATA_KEYS_PER_CALL) {
       throw new ConnectError(
         `${requests.length} data keys requested: the maximum is ${MAX_DATA_KEYS_PER_CALL} per call`,
+        Code.InvalidArgument,
+      );
+    }
+    const keyBytes = requests.reduce((sum, request) => sum + request.length, 0);
+    if (keyBytes > MAX_DATA_KEY_BYTES_PER_CALL) {
+      throw new ConnectError(
+        `${keyBytes} bytes of data keys requested: the maximum is ${MAX_DATA_KEY_BYTES_PER_CALL} per call`,
         Code.InvalidArgument,
       );
     }

@@ -76,8 +76,10 @@ const ENVELOPE_HEADER_BYTES = 5;
 /**
  * The reason a finished call's signal aborts with. `abort()` without one
  * builds a DOMException, whose stack trace cost about 1 % of the join
- * service's main thread under load; once a call has its answer nothing reads
- * the reason, so one object serves every call.
+ * service's main thread under load. Work a call left running when it ended
+ * (a linked API request, a queued slot) sees this reason and stops with it,
+ * as it stopped with the DOMException before (both read as "canceled"); one
+ * object serves every call, and nothing changes it.
  */
 const CALL_FINISHED = new ConnectError("call finished", Code.Canceled);
 

@@ -59,7 +59,7 @@ function heldCalls(): DataKeyCalls & { calls: HeldCall[]; next(): Promise<HeldCa
   };
 }
 
-const LIMITS = { maxKeys: 3, maxKeyIdBytes: 30 };
+const LIMITS = { maxKeys: 3, maxKeyBytes: 12, maxKeyIdBytes: 30, timeoutMs: 60_000 };
 
 Deno.test("DataKeyBatcher", async (t) => {
   await t.step("a key asked for with no call in flight goes at once, alone, with its signal", async () => {
@@ -87,21 +87,43 @@ Deno.test("DataKeyBatcher", async (t) => {
   });
 
   await t.step(
-    "a batch holds at most maxKeys keys and maxKeyIdBytes of IDs; a larger ID goes alone",
+    "a batch holds at most maxKeys keys, maxKeyIdBytes of IDs and maxKeyBytes of keys",
     async () => {
       const fake = heldCalls();
       const batcher = new DataKeyBatcher(fake, LIMITS);
-      const ids = ["0", "b", "c", "d", "e", "f".repeat(4), "g".repeat(4), "h".repeat(11), "i"];
-      const keys = ids.map((id) => batcher.get(request(id)));
+      const rows: [string, number][] = [
+        ["0", 4],
+        ["b", 4],
+        ["c", 4],
+        ["d", 4],
+        ["e", 4],
+        ["f".repeat(4), 4],
+        ["g".repeat(4), 4],
+        ["h".repeat(11), 4],
+        ["i", 8],
+        ["j", 8],
+        ["k", 13],
+      ];
+      const length = (id: string) => rows.find(([rowId]) => rowId === id)![1];
+      const keys = rows.map(([id, length]) => batcher.get(request(id, length)));
       const seen: string[][] = [];
-      for (let i = 0; i < 5; i++) {
+      for (let i = 0; i < 7; i++) {
         const call = await fake.next();
         seen.push(call.ids);
-        call.answer(call.kind === "single" ? keyFor(call.ids[0]) : call.ids.map(keyOutcome));
+        call.answer(
+          call.kind === "single"
+            ? keyFor(call.ids[0], length(call.ids[0]))
+            : call.ids.map((id) =>
+              create(DataKeyOutcomeSchema, { outcome: { case: "dataKey", value: keyFor(id, length(id)) } })
+            ),
+        );
       }
-      // 3 bytes a character: "ffff" + "gggg" are 24, a third ID would pass 30; "h" × 11 is 33 on its own.
-      assert.deepEqual(seen, [["0"], ["b", "c", "d"], ["e", "ffff", "gggg"], ["h".repeat(11)], ["i"]]);
-      assert.deepEqual(await Promise.all(keys), ids.map((id) => keyFor(id)));
+      // 3 bytes an ID character: "ffff" + "gggg" are 24, a third ID would pass 30; "h" × 11 is 33 on its
+      // own. 8 + 8 bytes of keys pass 12; 13 bytes alone still go.
+      assert.deepEqual(seen, [["0"], ["b", "c", "d"], ["e", "ffff", "gggg"], ["h".repeat(11)], ["i"], ["j"], [
+        "k",
+      ]]);
+      assert.deepEqual(await Promise.all(keys), rows.map(([id, length]) => keyFor(id, length)));
     },
   );
 
@@ -179,7 +201,7 @@ Deno.test("DataKeyBatcher", async (t) => {
       const dropped = batcher.get(request("b"), queued.signal);
       const [c, d] = [batcher.get(request("c"), inBatch.signal), batcher.get(request("d"))];
       queued.abort();
-      await expectConnectError(dropped, Code.Canceled, "data key request canceled");
+      await expectConnectError(dropped, Code.Canceled);
       (await fake.next()).answer(keyFor("a"));
       await first;
       const batch = await fake.next();
@@ -188,32 +210,97 @@ Deno.test("DataKeyBatcher", async (t) => {
       await expectConnectError(c, Code.Canceled);
       batch.answer(["c", "d"].map(keyOutcome));
       assert.deepEqual(await d, keyFor("d"));
-      const aborted = AbortSignal.abort();
-      await expectConnectError(batcher.get(request("e"), aborted), Code.Canceled);
+      await expectConnectError(batcher.get(request("e"), AbortSignal.abort()), Code.Canceled);
       assert.equal(fake.calls.length, 2);
     },
   );
 
   await t.step(
-    "a key service without GetDataKeys (Unimplemented) gets single calls from then on",
+    "a caller's deadline comes back as DeadlineExceeded, alone, queued or in a batch",
+    async () => {
+      const fake = heldCalls();
+      const batcher = new DataKeyBatcher(fake, LIMITS);
+      const deadline = () => new ConnectError("the operation timed out", Code.DeadlineExceeded);
+      const callers = ["a", "b", "c", "d"].map(() => new AbortController());
+      const [a, b, c, d] = ["a", "b", "c", "d"].map((id, i) => batcher.get(request(id), callers[i].signal));
+      const single = await fake.next();
+      callers[0].abort(deadline());
+      callers[1].abort(deadline());
+      await expectConnectError(a, Code.DeadlineExceeded, "the operation timed out");
+      await expectConnectError(b, Code.DeadlineExceeded);
+      assert.ok(single.signal?.aborted, "a batch of one carries its caller's signal");
+      single.answer(keyFor("a"));
+      const batch = await fake.next();
+      assert.deepEqual(batch.ids, ["c", "d"]);
+      callers[2].abort(deadline());
+      await expectConnectError(c, Code.DeadlineExceeded);
+      batch.answer(["c", "d"].map(keyOutcome));
+      assert.deepEqual(await d, keyFor("d"));
+    },
+  );
+
+  await t.step(
+    "a key unanswered within timeoutMs, queued or in flight, fails with DeadlineExceeded",
+    async () => {
+      const fake = heldCalls();
+      const batcher = new DataKeyBatcher(fake, { ...LIMITS, timeoutMs: 50 });
+      const started = Date.now();
+      const [a, b] = [batcher.get(request("a")), batcher.get(request("b"))];
+      const hung = await fake.next();
+      await expectConnectError(a, Code.DeadlineExceeded, "no data key from the key service within 50 ms");
+      await expectConnectError(b, Code.DeadlineExceeded);
+      assert.ok(Date.now() - started < 1000);
+      hung.answer(keyFor("a"));
+      const after = batcher.get(request("c"));
+      const call = await fake.next();
+      assert.deepEqual(call.ids, ["c"], "the key that timed out in the queue is not sent");
+      call.answer(keyFor("c"));
+      assert.deepEqual(await after, keyFor("c"));
+    },
+  );
+
+  await t.step("a call that throws at once fails its keys; the next call goes out", async () => {
+    let throws = true;
+    const fake = heldCalls();
+    const batcher = new DataKeyBatcher({
+      getDataKey: (req, signal) => {
+        if (throws) throw new Error("transport broke");
+        return fake.getDataKey(req, signal);
+      },
+      getDataKeys: fake.getDataKeys,
+    }, LIMITS);
+    await assert.rejects(batcher.get(request("a")), { message: "transport broke" });
+    throws = false;
+    const after = batcher.get(request("b"));
+    (await fake.next()).answer(keyFor("b"));
+    assert.deepEqual(await after, keyFor("b"));
+  });
+
+  await t.step(
+    "a key service without GetDataKeys (Unimplemented): every key a call of its own, at once",
     async () => {
       const fake = heldCalls();
       const batcher = new DataKeyBatcher(fake, LIMITS);
       const first = batcher.get(request("a"));
       const keys = ["b", "c"].map((id) => batcher.get(request(id)));
-      (await fake.next()).answer(keyFor("a"));
+      const single = await fake.next();
+      keys.push(batcher.get(request("d")));
+      single.answer(keyFor("a"));
       await first;
-      (await fake.next()).answer(new ConnectError("method not found", Code.Unimplemented));
-      for (const id of ["b", "c"]) {
-        const call = await fake.next();
-        assert.deepEqual([call.kind, call.ids], ["single", [id]]);
-        if (id === "b") keys.push(batcher.get(request("d")));
-        call.answer(keyFor(id));
-      }
-      const last = await fake.next();
-      assert.deepEqual([last.kind, last.ids], ["single", ["d"]]);
-      last.answer(keyFor("d"));
-      assert.deepEqual(await Promise.all(keys), ["b", "c", "d"].map((id) => keyFor(id)));
+      const batch = await fake.next();
+      assert.deepEqual(batch.ids, ["b", "c", "d"]);
+      batch.answer(new ConnectError("method not found", Code.Unimplemented));
+      const singles = [await fake.next(), await fake.next(), await fake.next()];
+      assert.deepEqual(singles.map((call) => `${call.kind} ${call.ids}`), [
+        "single b",
+        "single c",
+        "single d",
+      ]);
+      keys.push(batcher.get(request("e")));
+      const later = await fake.next();
+      assert.deepEqual([later.kind, later.ids], ["single", ["e"]], "sent while the others are in flight");
+      for (const call of [...singles, later]) call.answer(keyFor(call.ids[0]));
+      assert.deepEqual(await Promise.all(keys), ["b", "c", "d", "e"].map((id) => keyFor(id)));
     },
   );
 });

@@ -7,6 +7,7 @@ import type { DataKeySource } from "../../src/keyservice/server.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { HKDF_FF, HKDF_ZERO } from "../kms/vectors.ts";
 import { withKeyService } from "./in_process_server.ts";
+import { serveRpc } from "../../src/rpc/server.ts";
 import { expectConnectError } from "../support/connect_error.ts";
 
 const zeroKms = () => new ClusterKms(HKDF_ZERO.secret, HKDF_ZERO.salt);
@@ -144,7 +145,7 @@ Deno.test("GetDataKeys answers each key as GetDataKey would; a bad request fails
   });
 });
 
-Deno.test("GetDataKeys refuses no keys and more than 64 keys", async () => {
+Deno.test("GetDataKeys refuses no keys, more than 64 keys and more than 16,320 bytes of keys", async () => {
   await withKeyService(zeroKms(), async (endpoint) => {
     using connection = connectRpc({ baseUrl: `http://${endpoint}`, protocol: "connect" });
     const client = createClient(API, connection.transport);
@@ -160,6 +161,13 @@ Deno.test("GetDataKeys refuses no keys and more than 64 keys", async () => {
       "65 data keys requested: the maximum is 64 per call",
     );
     assert.equal((await client.getDataKeys({ requests: requests.slice(0, 64) })).outcomes.length, 64);
+    const long = [{ dataKeyId: "a", length: 8160 }, { dataKeyId: "b", length: 8160 }];
+    assert.equal((await client.getDataKeys({ requests: long })).outcomes.length, 2);
+    await expectConnectError(
+      client.getDataKeys({ requests: [...long, { dataKeyId: "c", length: 1 }] }),
+      Code.InvalidArgument,
+      "16321 bytes of data keys requested: the maximum is 16320 per call",
+    );
   });
 });
 
@@ -183,4 +191,38 @@ Deno.test("a client's concurrent getDataKey calls go out together while one is i
     const calls = logs.map((line) => JSON.parse(line)).map((entry) => [entry.msg, entry.keys ?? entry.keyId]);
     assert.deepEqual(calls, [["GetDataKey", ids[0]], ["GetDataKeys", 5]]);
   });
+});
+
+Deno.test("a client's keys all arrive from a key service without GetDataKeys, each by GetDataKey", async () => {
+  const kms = zeroKms();
+  const calls: string[] = [];
+  const gate = Promise.withResolvers<void>();
+  const server = await serveRpc({
+    routes: (router) =>
+      router.service(API, {
+        async getDataKey(request) {
+          calls.push(request.dataKeyId);
+          await gate.promise;
+          return { dataKey: await kms.getDek(`key-${request.dataKeyId}`, request.length) };
+        },
+      }),
+    hostname: "127.0.0.1",
+    port: 0,
+  });
+  try {
+    using client = createKeyServiceClient({ endpoint: `127.0.0.1:${server.address.port}` });
+    const ids = ["a", "b", "c", "d"];
+    const keys = ids.map((id) => client.getDataKey(id, 32));
+    while (calls.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    gate.resolve();
+    const derived = await Promise.all(ids.map((id) => kms.getDek(`key-${id}`, 32)));
+    assert.deepEqual(await Promise.all(keys), derived);
+    assert.deepEqual(
+      calls.toSorted(),
+      ids,
+      "after one refused GetDataKeys, each key in a GetDataKey of its own",
+    );
+  } finally {
+    await server.shutdown();
+  }
 });
