@@ -16,9 +16,10 @@
  * with DeadlineExceeded, as a call of its own would have. One key's failure
  * (an empty ID, a bad length) is that key's alone. A failed call (no
  * connection, deadline) fails every key it carried, with that call's error.
- * A key service that does not know `GetDataKeys` (Unimplemented: one from
- * before it) gets a call of its own for every key, at once, as before
- * batching, for the life of the batcher.
+ * A key service that does not know `GetDataKeys` (Unimplemented: the
+ * original's, which has only `GetDataKey`, or ours from before it) gets a
+ * call of its own for every key, at once, as before batching, for the life
+ * of the batcher.
  *
  * @module
  */

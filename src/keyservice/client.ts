@@ -19,7 +19,7 @@ import { API, GetDataKeyRequestSchema } from "../gen/kms/kms_pb.ts";
 import { parseEndpoint } from "../net/endpoint.ts";
 import { connectRpc } from "../rpc/client.ts";
 import { DataKeyBatcher } from "./batching.ts";
-import { MAX_DATA_KEY_BYTES_PER_CALL } from "./server.ts";
+import { MAX_DATA_KEY_BYTES_PER_CALL } from "./limits.ts";
 
 /** Options for {@linkcode createKeyServiceClient}. */
 export interface KeyServiceClientOptions {
@@ -57,9 +57,9 @@ export const DEFAULT_KEY_SERVICE_TIMEOUT_MS = 10_000;
  * The most keys in one call; well under the key service's 64 and its 4 KiB
  * messages (a state disk key's ID is a disk UUID, 36 characters).
  */
-export const KEYS_PER_CALL = 32;
+const KEYS_PER_CALL = 32;
 /** The most bytes of key IDs in one call (counted at 3 bytes a character). */
-export const KEY_ID_BYTES_PER_CALL = 3_000;
+const KEY_ID_BYTES_PER_CALL = 3_000;
 
 /**
  * Creates a key service client.

@@ -20,6 +20,7 @@ import {
 } from "../gen/kms/kms_pb.ts";
 import { MAX_DERIVED_KEY_LENGTH } from "../kms/hkdf.ts";
 import { dataKeyInfo } from "../kms/keys.ts";
+import { MAX_DATA_KEY_BYTES_PER_CALL, MAX_DATA_KEYS_PER_CALL } from "./limits.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
 import { peerAddressKey } from "../rpc/peer.ts";
 
@@ -36,15 +37,6 @@ export interface KeyServiceOptions {
   /** Gets one debug line per call (key ID, length and peer address, never key material); default silent. */
   logger?: Logger;
 }
-
-/** The most keys one `GetDataKeys` call may ask for. */
-export const MAX_DATA_KEYS_PER_CALL = 64;
-/**
- * The most bytes of keys (their lengths summed) one `GetDataKeys` call may
- * ask for: twice the longest single key, so a call costs the service about
- * what two `GetDataKey` calls can (64 keys of 32 bytes are 2,048).
- */
-export const MAX_DATA_KEY_BYTES_PER_CALL = 2 * MAX_DERIVED_KEY_LENGTH;
 
 /**
  * Registers `kms.API` on a router. `GetDataKey` checks, in this order:

@@ -61,10 +61,15 @@ function heldCalls(): DataKeyCalls & { calls: HeldCall[]; next(): Promise<HeldCa
 
 const LIMITS = { maxKeys: 3, maxKeyBytes: 12, maxKeyIdBytes: 30, timeoutMs: 60_000 };
 
+/** A batcher with `limits` over held fake calls, and the fake. */
+function batcherOverHeldCalls(limits = LIMITS) {
+  const fake = heldCalls();
+  return { fake, batcher: new DataKeyBatcher(fake, limits) };
+}
+
 Deno.test("DataKeyBatcher", async (t) => {
   await t.step("a key asked for with no call in flight goes at once, alone, with its signal", async () => {
-    const fake = heldCalls();
-    const batcher = new DataKeyBatcher(fake, LIMITS);
+    const { fake, batcher } = batcherOverHeldCalls();
     const signal = new AbortController().signal;
     const key = batcher.get(request("a"), signal);
     const call = await fake.next();
@@ -74,8 +79,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   });
 
   await t.step("keys asked for while a call is in flight go together next, each gets its own", async () => {
-    const fake = heldCalls();
-    const batcher = new DataKeyBatcher(fake, LIMITS);
+    const { fake, batcher } = batcherOverHeldCalls();
     const first = batcher.get(request("a"));
     const rest = ["b", "c", "d"].map((id) => batcher.get(request(id)));
     (await fake.next()).answer(keyFor("a"));
@@ -89,8 +93,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   await t.step(
     "a batch holds at most maxKeys keys, maxKeyIdBytes of IDs and maxKeyBytes of keys",
     async () => {
-      const fake = heldCalls();
-      const batcher = new DataKeyBatcher(fake, LIMITS);
+      const { fake, batcher } = batcherOverHeldCalls();
       const rows: [string, number][] = [
         ["0", 4],
         ["b", 4],
@@ -130,8 +133,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   await t.step(
     "one key's failure is its own: code and message as sent, Unknown for no error code",
     async () => {
-      const fake = heldCalls();
-      const batcher = new DataKeyBatcher(fake, LIMITS);
+      const { fake, batcher } = batcherOverHeldCalls();
       const first = batcher.get(request("a"));
       const [good, bad, odd] = ["b", "", "c"].map((id) => batcher.get(request(id)));
       (await fake.next()).answer(keyFor("a"));
@@ -155,8 +157,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   await t.step(
     "a failed call fails every key it carried, with its error; the next call goes out",
     async () => {
-      const fake = heldCalls();
-      const batcher = new DataKeyBatcher(fake, LIMITS);
+      const { fake, batcher } = batcherOverHeldCalls();
       const first = batcher.get(request("a"));
       const carried = ["b", "c"].map((id) => batcher.get(request(id)));
       (await fake.next()).answer(new ConnectError("connection refused", Code.Unavailable));
@@ -171,8 +172,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   );
 
   await t.step("an answer with the wrong number of outcomes, or an empty one, is Internal", async () => {
-    const fake = heldCalls();
-    const batcher = new DataKeyBatcher(fake, LIMITS);
+    const { fake, batcher } = batcherOverHeldCalls();
     const first = batcher.get(request("a"));
     const short = ["b", "c"].map((id) => batcher.get(request(id)));
     (await fake.next()).answer(keyFor("a"));
@@ -193,8 +193,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   await t.step(
     "a caller that gives up is rejected at once with Canceled; queued, it is not sent",
     async () => {
-      const fake = heldCalls();
-      const batcher = new DataKeyBatcher(fake, LIMITS);
+      const { fake, batcher } = batcherOverHeldCalls();
       const first = batcher.get(request("a"));
       const queued = new AbortController();
       const inBatch = new AbortController();
@@ -218,8 +217,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   await t.step(
     "a caller's deadline comes back as DeadlineExceeded, alone, queued or in a batch",
     async () => {
-      const fake = heldCalls();
-      const batcher = new DataKeyBatcher(fake, LIMITS);
+      const { fake, batcher } = batcherOverHeldCalls();
       const deadline = () => new ConnectError("the operation timed out", Code.DeadlineExceeded);
       const callers = ["a", "b", "c", "d"].map(() => new AbortController());
       const [a, b, c, d] = ["a", "b", "c", "d"].map((id, i) => batcher.get(request(id), callers[i].signal));
@@ -242,8 +240,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   await t.step(
     "a key unanswered within timeoutMs, queued or in flight, fails with DeadlineExceeded",
     async () => {
-      const fake = heldCalls();
-      const batcher = new DataKeyBatcher(fake, { ...LIMITS, timeoutMs: 50 });
+      const { fake, batcher } = batcherOverHeldCalls({ ...LIMITS, timeoutMs: 50 });
       const started = Date.now();
       const [a, b] = [batcher.get(request("a")), batcher.get(request("b"))];
       const hung = await fake.next();
@@ -279,8 +276,7 @@ Deno.test("DataKeyBatcher", async (t) => {
   await t.step(
     "a key service without GetDataKeys (Unimplemented): every key a call of its own, at once",
     async () => {
-      const fake = heldCalls();
-      const batcher = new DataKeyBatcher(fake, LIMITS);
+      const { fake, batcher } = batcherOverHeldCalls();
       const first = batcher.get(request("a"));
       const keys = ["b", "c"].map((id) => batcher.get(request(id)));
       const single = await fake.next();
