@@ -10,7 +10,8 @@
  * for every other way the services are started.
  *
  * Every component is first bundled into `dist/<name>.js` by esbuild, installed
- * from package.json like every other dependency (see {@linkcode ESBUILD_FLAGS}).
+ * from package.json like every other dependency (see {@linkcode ESBUILD_FLAGS});
+ * a component's `lazyBuiltins` are loaded when first used, not at its start.
  *
  * - With `DENORT_BIN` set (a `denort` runtime for `deno compile`, which cannot
  *   be downloaded on our machines): the bundle is compiled (`deno compile`
@@ -51,6 +52,11 @@ export interface Component {
   runtimeFlags?: readonly string[];
   /** Files the artifact reads beside its bundle, built with it (the console's page). */
   beside?: BesideFiles;
+  /**
+   * Node built-in modules (e.g. "http2") the bundle loads only when it first evaluates a module that
+   * imports one, instead of before its first statement (see {@linkcode lazyBuiltinFlags}).
+   */
+  lazyBuiltins?: readonly string[];
 }
 
 /**
@@ -83,7 +89,13 @@ export const COMPONENTS: readonly Component[] = [
   },
   { name: "bootstrapper", entry: "src/bootstrapper/main.ts", permissionSet: "bootstrapper" },
   { name: "local-api", entry: "src/localapi/main.ts", permissionSet: "local-api" },
-  { name: "cli", entry: "src/cli/main.ts", permissionSet: "cli" },
+  {
+    name: "cli",
+    entry: "src/cli/main.ts",
+    permissionSet: "cli",
+    // Each command's modules are imported when it runs; these, only the commands that call a node need.
+    lazyBuiltins: ["http", "http2", "https", "net", "zlib"],
+  },
   {
     name: "console",
     entry: "src/console/main.ts",
@@ -218,6 +230,42 @@ export const ESBUILD_FLAGS: readonly string[] = [
   `--banner:js=import{createRequire}from"node:module";const require=createRequire(import.meta.url);`,
 ];
 
+/** A JavaScript identifier: what a built-in's export must be to be re-exported by name. */
+const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
+
+/**
+ * esbuild flags that make `builtins` lazy in a bundle: every import of
+ * `node:<name>` or `<name>` goes to a module written into `dir` that looks the
+ * built-in up with `process.getBuiltinModule` when it is evaluated, and
+ * re-exports what it exports (the names read from this process's Deno, the
+ * pinned one the artifacts run on).
+ *
+ * Why: esbuild hoists every import of a built-in to the top of a single-file
+ * bundle, and Deno loads it before the bundle's first statement, even one
+ * that only lazily imported code uses; a module of the bundle, though, is
+ * evaluated where the bundle first needs it. Loading `node:http2` and what it
+ * pulls in takes about 30 ms, most of a short process's start (`cli --help`).
+ */
+async function lazyBuiltinFlags(builtins: readonly string[], dir: string): Promise<string[]> {
+  await Deno.mkdir(dir, { recursive: true });
+  const flags: string[] = [];
+  for (const name of builtins) {
+    const builtin: Record<string, unknown> = await import(`node:${name}`);
+    const names = Object.keys(builtin).filter((key) => key !== "default" && IDENTIFIER.test(key));
+    const file = `${dir}/${name}.js`;
+    await Deno.writeTextFile(
+      file,
+      `// node:${name}, looked up when the bundle first evaluates a module that imports it (scripts/build.ts).
+const builtin = process.getBuiltinModule("node:${name}");
+export default builtin;
+export const { ${names.join(", ")} } = builtin;
+`,
+    );
+    flags.push(`--alias:node:${name}=${file}`, `--alias:${name}=${file}`);
+  }
+  return flags;
+}
+
 /**
  * Runs `program args` in `cwd` (a program on PATH: node_modules/.bin under `deno task`), with `env`
  * added to the environment it inherits.
@@ -337,11 +385,16 @@ export async function buildComponent(
     `${root}/dist/.${path.slice("dist/".length)}.${crypto.randomUUID()}.tmp`;
   await Deno.mkdir(`${root}/dist`, { recursive: true });
   const bundle = temporary(`${out}.js`);
-  await moveIntoPlace(
-    bundle,
-    `${root}/${out}.js`,
-    () => run("esbuild", [component.entry, ...ESBUILD_FLAGS, `--outfile=${bundle}`], root),
-  );
+  await moveIntoPlace(bundle, `${root}/${out}.js`, async () => {
+    const builtins = component.lazyBuiltins;
+    const builtinsDir = temporary(`${out}-builtins`);
+    try {
+      const aliases = builtins ? await lazyBuiltinFlags(builtins, builtinsDir) : [];
+      await run("esbuild", [component.entry, ...ESBUILD_FLAGS, ...aliases, `--outfile=${bundle}`], root);
+    } finally {
+      if (builtins) await Deno.remove(builtinsDir, { recursive: true }).catch(() => {});
+    }
+  });
   const beside = component.beside;
   const built = beside ? [await buildBeside(root, beside, temporary(`dist/${beside.dir}`))] : [];
   await removeDirectoryInPlaceOf(`${root}/${out}`);

@@ -4,8 +4,10 @@
  * (/var/config) and cannot read or bind outside them; the join service bundle
  * serves join.API (TLS, the key service client, X.509, YAML: the bundled
  * CommonJS modules too) from inputs inside its permissions, and cannot read
- * outside them (its inputs, /etc/shadow); the console, copied away from the
- * checkout, serves the page built beside it, and says so when it is missing.
+ * outside them (its inputs, /etc/shadow); the CLI's bundle imports none of
+ * its lazy built-ins (`node:http2`, …) up front and still verifies the built
+ * bootstrapper over them; the console, copied away from the checkout, serves
+ * the page built beside it, and says so when it is missing.
  * The launchers find Deno in `$DENO`,
  * on PATH, or beside the checkout's dist/, and say what to install without.
  * The permission matrix is in permission_matrix_test.ts.
@@ -248,7 +250,8 @@ Deno.test("the built services run under exactly their permission sets", async (t
     });
 
     await t.step(
-      "the bootstrapper starts with its state disk under /dev, which only cryptsetup opens, and names a missing one",
+      "the bootstrapper starts with its state disk under /dev, which only cryptsetup opens, the CLI verifies it, " +
+        "and a missing disk is named",
       async () => {
         const help = await runToExit(BOOTSTRAPPER_LAUNCHER, ["--help"], { env: LAUNCHER_ENV, cwd: "/" });
         assert.equal(help.code, 0);
@@ -271,7 +274,18 @@ Deno.test("the built services run under exactly their permission sets", async (t
             env: LAUNCHER_ENV,
             cwd: "/",
           });
-          await node.stop();
+          try {
+            // The CLI's bundle loads node:http2 only when a command calls a node (scripts/build.ts).
+            const config = `${root}/attestation-config.json`;
+            await Deno.writeTextFile(config, '{"variant":"dummy"}\n');
+            const verify = await runToExit(CLI_LAUNCHER, [
+              ...["verify", "--node", `127.0.0.1:${node.port}`, "--attestation-config", config],
+            ], { env: LAUNCHER_ENV, cwd: "/" });
+            assert.equal(verify.code, 0, verify.stderrLines.join("\n"));
+            assert.match(verify.stdoutLines[0], /^node 127\.0\.0\.1:\d+ \(dummy\): attestation OK$/);
+          } finally {
+            await node.stop();
+          }
           const missing = await runToExit(BOOTSTRAPPER_LAUNCHER, args(`${disk}.absent`), {
             env: LAUNCHER_ENV,
             cwd: "/",
@@ -287,6 +301,14 @@ Deno.test("the built services run under exactly their permission sets", async (t
     );
 
     await t.step("the CLI runs, and cannot read outside its permissions (/proc)", async () => {
+      // What only its commands that call a node use is not loaded before the bundle runs.
+      const bundle = await Deno.readTextFile(`${CLI_LAUNCHER}.js`);
+      const lazyBuiltins = COMPONENTS.find((component) => component.name === "cli")?.lazyBuiltins ?? [];
+      assert.ok(lazyBuiltins.includes("http2"));
+      for (const builtin of lazyBuiltins) {
+        assert.doesNotMatch(bundle, new RegExp(`from\\s*"(node:)?${builtin}"`), builtin);
+        assert.ok(bundle.includes(`process.getBuiltinModule("node:${builtin}")`), builtin);
+      }
       const help = await runToExit(CLI_LAUNCHER, ["--help"], { env: LAUNCHER_ENV, cwd: "/" });
       assert.equal(help.code, 0, help.stderrLines.join("\n"));
       assert.match(help.stdoutLines.join("\n"), /verify/);
