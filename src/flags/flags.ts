@@ -4,10 +4,10 @@
  *
  * @module
  */
-import { isIP } from "node:net";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { type LogLevel, parseLogLevel } from "../log/logger.ts";
 import { EndpointError, parseEndpoint } from "../net/endpoint.ts";
+import { ipVersion } from "../net/ip.ts";
 
 /** A bad command line; the process exits with status 2. */
 export class UsageError extends Error {
@@ -95,7 +95,7 @@ export function parseWholeNumber(value: string, flag: string): number {
  * address; a host name is refused rather than resolved).
  */
 export function parseListenAddress(value: string, flag: string): string {
-  if (isIP(value) === 0) {
+  if (ipVersion(value) === 0) {
     throw new UsageError(`invalid ${flag} "${value}": want an IP address, e.g. 0.0.0.0, 127.0.0.1 or ::`);
   }
   return value;

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { isIPv4, isIPv6 } from "node:net";
+import { ipVersion } from "./ip.ts";
 
 /** A parsed "host:port". */
 export interface Endpoint {
@@ -39,7 +39,7 @@ export function parseEndpoint(value: string): Endpoint {
   const match = ENDPOINT.exec(value);
   if (!match) {
     if (!value.includes(":") || /^\[[^\]]*\]$/.test(value)) throw new EndpointError("no port");
-    if (!value.startsWith("[") && isIPv6(value.slice(0, value.lastIndexOf(":")))) {
+    if (!value.startsWith("[") && ipVersion(value.slice(0, value.lastIndexOf(":"))) === 6) {
       throw new EndpointError("an IPv6 address needs brackets, e.g. [::1]:9000");
     }
     throw new EndpointError("not host:port");
@@ -47,10 +47,12 @@ export function parseEndpoint(value: string): Endpoint {
   const [, host, portText] = match;
   if (host === "") throw new EndpointError("no host");
   if (portText === "") throw new EndpointError("no port");
-  if (host.startsWith("[") ? !isIPv6(host.slice(1, -1)) : !HOST_NAME.test(host)) {
+  if (host.startsWith("[") ? ipVersion(host.slice(1, -1)) !== 6 : !HOST_NAME.test(host)) {
     throw new EndpointError(`bad host "${host}"`);
   }
-  if (/^[\d.]+$/.test(host) && !isIPv4(host)) throw new EndpointError(`${host} is not an IPv4 address`);
+  if (/^[\d.]+$/.test(host) && ipVersion(host) !== 4) {
+    throw new EndpointError(`${host} is not an IPv4 address`);
+  }
   const port = /^\d{1,5}$/.test(portText) ? Number(portText) : NaN;
   if (!(port >= 1 && port <= 65535)) {
     throw new EndpointError(`port "${portText}" is not a number from 1 to 65535`);

@@ -26,9 +26,25 @@ const IPV4_MAPPED_PREFIX = Uint8Array.of(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xf
  * {@linkcode unmapIpv4}.
  */
 export function parseIp(text: string): IpAddress | undefined {
-  let value = text.startsWith("[") && text.endsWith("]") ? text.slice(1, -1) : text;
-  value = value.replace(/%[^%]+$/, "");
-  return value.includes(":") ? parseIpv6(value) : parseIpv4(value);
+  const value = text.startsWith("[") && text.endsWith("]") ? text.slice(1, -1) : text;
+  if (!value.includes(":")) return parseIpv4(value);
+  const zone = value.indexOf("%");
+  if (zone === -1) return parseIpv6(value);
+  return ZONE.test(value.slice(zone + 1)) ? parseIpv6(value.slice(0, zone)) : undefined;
+}
+
+/** An IPv6 zone ID after the `%` (an interface name or index), as `node:net` accepts it. */
+const ZONE = /^[0-9A-Za-z.:-]+$/;
+
+/**
+ * 4 or 6 for an IPv4 or IPv6 address written without brackets (a zone such
+ * as `%eth0` allowed), 0 for anything else: `node:net`'s `isIP`, without
+ * loading `node:net` (the CLI parses its flags before it loads the modules
+ * only its network commands need; see `scripts/build.ts`).
+ */
+export function ipVersion(text: string): 0 | 4 | 6 {
+  const address = text.startsWith("[") ? undefined : parseIp(text);
+  return address === undefined ? 0 : address.length === 4 ? 4 : 6;
 }
 
 /** The 4-byte address of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`); any other address unchanged. */
@@ -117,12 +133,13 @@ function parseIpv4(text: string): IpAddress | undefined {
 function parseIpv6(text: string): IpAddress | undefined {
   const halves = text.split("::");
   if (halves.length > 2) return undefined;
-  const groups = (half: string): number[] | undefined => {
+  // Only the last 32 bits may be written as IPv4, so only in the last half.
+  const groups = (half: string, last: boolean): number[] | undefined => {
     if (half === "") return [];
     const result: number[] = [];
     const parts = half.split(":");
     for (const [i, part] of parts.entries()) {
-      if (i === parts.length - 1 && part.includes(".")) {
+      if (last && i === parts.length - 1 && part.includes(".")) {
         const v4 = parseIpv4(part);
         if (!v4) return undefined;
         result.push((v4[0] << 8) | v4[1], (v4[2] << 8) | v4[3]);
@@ -134,8 +151,8 @@ function parseIpv6(text: string): IpAddress | undefined {
     }
     return result;
   };
-  const head = groups(halves[0]);
-  const tail = halves.length === 2 ? groups(halves[1]) : [];
+  const head = groups(halves[0], halves.length === 1);
+  const tail = halves.length === 2 ? groups(halves[1], true) : [];
   if (!head || !tail) return undefined;
   if (halves.length === 1 ? head.length !== 8 : head.length + tail.length > 7) return undefined;
   const all = [...head, ...new Array(8 - head.length - tail.length).fill(0), ...tail];

@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
+import { isIP } from "node:net";
 import {
   firstAddress,
   formatIp,
   ipEquals,
+  ipVersion,
   isLoopbackOrUnspecified,
   parseCidr,
   parseIp,
@@ -10,7 +12,7 @@ import {
 } from "../../src/net/ip.ts";
 import { peerGroup } from "../../src/limits/peer_group.ts";
 
-Deno.test("parseIp reads IPv4, IPv6 (with ::, embedded IPv4, brackets, zones) and nothing else", () => {
+Deno.test("parseIp reads IPv4, IPv6 (with ::, embedded IPv4 last, brackets, zones) and nothing else", () => {
   const cases: [string, string | undefined][] = [
     ["10.0.0.1", "10.0.0.1"],
     ["255.255.255.255", "255.255.255.255"],
@@ -33,6 +35,12 @@ Deno.test("parseIp reads IPv4, IPv6 (with ::, embedded IPv4, brackets, zones) an
     ["1:2:3:4:5:6:7::8", undefined],
     ["12345::", undefined],
     ["fd00::g", undefined],
+    ["1.2.3.4::ffff", undefined],
+    ["::1.2.3.4:ffff", undefined],
+    ["10.0.0.1%eth0", undefined],
+    ["fe80::1%", undefined],
+    ["fe80::1%eth_0", undefined],
+    ["fe80::1%eth0%1", undefined],
     ["", undefined],
     ["unknown", undefined],
     ["*", undefined],
@@ -40,6 +48,29 @@ Deno.test("parseIp reads IPv4, IPv6 (with ::, embedded IPv4, brackets, zones) an
   for (const [text, want] of cases) {
     const parsed = parseIp(text);
     assert.equal(parsed === undefined ? undefined : formatIp(parsed), want, text);
+  }
+});
+
+Deno.test("ipVersion answers as node:net's isIP", async (t) => {
+  const rows: [string, string, 0 | 4 | 6][] = [
+    ["IPv4", "10.0.0.1", 4],
+    ["IPv6", "fd00::7", 6],
+    ["IPv6 with a zone", "fe80::1%eth0", 6],
+    ["IPv6 with embedded IPv4", "::ffff:10.0.0.1", 6],
+    ["bracketed IPv6", "[::1]", 0],
+    ["IPv4 with a zone", "10.0.0.1%eth0", 0],
+    ["IPv4 before ::", "1.2.3.4::ffff", 0],
+    ["a zone with an underscore", "fe80::1%eth_0", 0],
+    ["an empty zone", "fe80::1%", 0],
+    ["a leading zero", "010.0.0.1", 0],
+    ["a host name", "localhost", 0],
+    ["nothing", "", 0],
+  ];
+  for (const [name, text, version] of rows) {
+    await t.step(name, () => {
+      assert.equal(ipVersion(text), version);
+      assert.equal(isIP(text), version, "node:net agrees");
+    });
   }
 });
 
