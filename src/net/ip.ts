@@ -30,20 +30,21 @@ export function parseIp(text: string): IpAddress | undefined {
   if (!value.includes(":")) return parseIpv4(value);
   const zone = value.indexOf("%");
   if (zone === -1) return parseIpv6(value);
-  return ZONE.test(value.slice(zone + 1)) ? parseIpv6(value.slice(0, zone)) : undefined;
+  // An interface may have any name without a `/` (br_lan): a peer's address can carry it.
+  return /^[^%/\s]+$/.test(value.slice(zone + 1)) ? parseIpv6(value.slice(0, zone)) : undefined;
 }
 
-/** An IPv6 zone ID after the `%` (an interface name or index), as `node:net` accepts it. */
-const ZONE = /^[0-9A-Za-z.:-]+$/;
-
 /**
- * 4 or 6 for an IPv4 or IPv6 address written without brackets (a zone such
- * as `%eth0` allowed), 0 for anything else: `node:net`'s `isIP`, without
- * loading `node:net` (the CLI parses its flags before it loads the modules
- * only its network commands need; see `scripts/build.ts`).
+ * 4 or 6 for an IPv4 or IPv6 address written without brackets, 0 for
+ * anything else: `node:net`'s `isIP` (which takes a zone of letters, digits,
+ * `.`, `:` and `-` only), without loading `node:net` (the CLI parses its
+ * flags before it loads the modules only its network commands need; see
+ * `scripts/build.ts`).
  */
 export function ipVersion(text: string): 0 | 4 | 6 {
-  const address = text.startsWith("[") ? undefined : parseIp(text);
+  const zone = text.indexOf("%");
+  if (text.startsWith("[") || (zone !== -1 && !/^[0-9A-Za-z.:-]+$/.test(text.slice(zone + 1)))) return 0;
+  const address = parseIp(text);
   return address === undefined ? 0 : address.length === 4 ? 4 : 6;
 }
 

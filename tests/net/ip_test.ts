@@ -38,9 +38,10 @@ Deno.test("parseIp reads IPv4, IPv6 (with ::, embedded IPv4 last, brackets, zone
     ["1.2.3.4::ffff", undefined],
     ["::1.2.3.4:ffff", undefined],
     ["10.0.0.1%eth0", undefined],
+    ["fe80::1%br_lan", "fe80::1"],
     ["fe80::1%", undefined],
-    ["fe80::1%eth_0", undefined],
     ["fe80::1%eth0%1", undefined],
+    ["fe80::1%a/b", undefined],
     ["", undefined],
     ["unknown", undefined],
     ["*", undefined],
@@ -108,6 +109,7 @@ Deno.test("peerGroup: an IPv4 address, or an IPv6 /64", () => {
   assert.equal(peerGroup("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64");
   assert.equal(peerGroup("2001:DB8:1:2::ffff"), "2001:db8:1:2::/64");
   assert.equal(peerGroup("[fd00::1]"), "fd00::/64");
+  assert.equal(peerGroup("fe80::1:2:3:4%br_lan"), "fe80::/64", "a zone node:net would refuse");
   assert.equal(peerGroup("::1"), "::/64");
   assert.equal(peerGroup("unknown"), "unknown");
 });
