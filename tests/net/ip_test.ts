@@ -75,6 +75,26 @@ Deno.test("ipVersion answers as node:net's isIP", async (t) => {
   }
 });
 
+Deno.test("ipVersion agrees with node:net's isIP on 50,000 generated near-addresses", () => {
+  const pieces = [
+    ...["0", "1", "01", "12", "123", "255", "256", "ff", "FFFF", "fffff", "fe80", "a:b", "g", "0x1", " "],
+    ...["1.2.3.4", "1.2.3", "255.255.255.255", "::ffff:", "[", "]", "%", "%eth0", "%1", "%a.b", "%_", "%-"],
+  ];
+  const separators = ["", ".", ":", "::"];
+  let seed = 12345;
+  const next = (bound: number) => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed % bound;
+  };
+  for (let i = 0; i < 50_000; i++) {
+    let text = "";
+    for (let parts = 1 + next(6); parts > 0; parts--) {
+      text += pieces[next(pieces.length)] + separators[next(separators.length)];
+    }
+    assert.equal(ipVersion(text), isIP(text), JSON.stringify(text));
+  }
+});
+
 Deno.test("IPv4-mapped IPv6 addresses equal their IPv4 address", () => {
   assert.equal(formatIp(unmapIpv4(parseIp("::ffff:127.0.0.1")!)), "127.0.0.1");
   assert.ok(ipEquals(parseIp("::ffff:10.96.0.1")!, parseIp("10.96.0.1")!));
