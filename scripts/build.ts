@@ -250,7 +250,14 @@ async function lazyBuiltinFlags(builtins: readonly string[], dir: string): Promi
   await Deno.mkdir(dir, { recursive: true });
   const flags: string[] = [];
   for (const name of builtins) {
-    const builtin: Record<string, unknown> = await import(`node:${name}`);
+    let builtin: Record<string, unknown>;
+    try {
+      builtin = await import(`node:${name}`);
+    } catch {
+      throw new BuildError(
+        `lazyBuiltins: "${name}" is not a Node built-in module of Deno ${Deno.version.deno}`,
+      );
+    }
     const names = Object.keys(builtin).filter((key) => key !== "default" && IDENTIFIER.test(key));
     const file = `${dir}/${name}.js`;
     await Deno.writeTextFile(

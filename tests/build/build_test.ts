@@ -14,7 +14,14 @@
  */
 import assert from "node:assert/strict";
 import { createKeyServiceClient } from "../../src/keyservice/client.ts";
-import { artifactFlags, COMPONENTS, launcherScript, permissionFlags } from "../../scripts/build.ts";
+import {
+  artifactFlags,
+  buildComponent,
+  BuildError,
+  COMPONENTS,
+  launcherScript,
+  permissionFlags,
+} from "../../scripts/build.ts";
 import { HKDF_ZERO } from "../kms/vectors.ts";
 import { JOIN_SERVICE_LISTENING } from "../support/join_cluster.ts";
 import { runToExit, startService } from "../../src/os/service_process.ts";
@@ -68,6 +75,24 @@ Deno.test("permissionFlags() expands a deno.json permission set into explicit fl
   });
   assert.throws(() => permissionFlags(config, "comma"), {
     message: 'permission set "comma": net entry "a,b" has a comma',
+  });
+});
+
+Deno.test("a lazy built-in that Deno does not have is named, and leaves nothing in dist/", async () => {
+  await withTempDir("build-lazy-builtin-", async (root) => {
+    const config = JSON.parse(await Deno.readTextFile(`${REPO_ROOT}deno.json`));
+    const cli = COMPONENTS.find((component) => component.name === "cli")!;
+    await assert.rejects(
+      buildComponent(root, { config, denoVersion: "2.9.6" }, {
+        ...cli,
+        entry: `${REPO_ROOT}${cli.entry}`,
+        lazyBuiltins: ["http2", "htp2"],
+      }),
+      (error: Error) =>
+        error instanceof BuildError &&
+        /^lazyBuiltins: "htp2" is not a Node built-in module/.test(error.message),
+    );
+    assert.deepEqual(await Array.fromAsync(Deno.readDir(`${root}/dist`)), []);
   });
 });
 
