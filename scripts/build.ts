@@ -10,8 +10,10 @@
  * for every other way the services are started.
  *
  * Every component is first bundled into `dist/<name>.js` by esbuild, installed
- * from package.json like every other dependency (see {@linkcode ESBUILD_FLAGS});
- * a component's `lazyBuiltins` are loaded when first used, not at its start.
+ * from package.json like every other dependency (see {@linkcode ESBUILD_OPTIONS});
+ * the descriptors protobuf-es embeds as base64 are decoded by the build
+ * (`scripts/embedded_descriptors.ts`), and a component's `lazyBuiltins` are
+ * loaded when first used, not at its start.
  *
  * - With `DENORT_BIN` set (a `denort` runtime for `deno compile`, which cannot
  *   be downloaded on our machines): the bundle is compiled (`deno compile`
@@ -36,9 +38,11 @@
  *
  * @module
  */
+import type * as esbuild from "esbuild";
 import { buildConsole } from "../src/console/build.ts";
 import { CONSOLE_FILES, PAGE_DIR_NAME } from "../src/console/page.ts";
 import { SERVICE_DENO_FLAGS } from "../src/os/service_runtime.ts";
+import { embeddedDescriptorsPlugin } from "./embedded_descriptors.ts";
 
 /** A component to build. */
 export interface Component {
@@ -54,7 +58,7 @@ export interface Component {
   beside?: BesideFiles;
   /**
    * Node built-in modules (e.g. "http2") the bundle loads only when it first evaluates a module that
-   * imports one, instead of before its first statement (see {@linkcode lazyBuiltinFlags}).
+   * imports one, instead of before its first statement (see {@linkcode lazyBuiltinAliases}).
    */
   lazyBuiltins?: readonly string[];
 }
@@ -210,31 +214,69 @@ exec "$deno" run --no-config --no-prompt ${flags.map(shellQuote).join(" ")} "$di
 }
 
 /**
- * esbuild flags that give the bundle `deno bundle --platform=deno --minify`
+ * esbuild options that give the bundle `deno bundle --platform=deno --minify`
  * gives (Deno 2.9.6 runs the same esbuild, 0.25.5; the bundles hold the same
  * modules). `deno bundle` would download its own esbuild with Deno's HTTP
  * client on first use, outside `npm ci`, and fail on a machine whose
  * registry access needs a CA that only npm is given.
  */
-export const ESBUILD_FLAGS: readonly string[] = [
-  "--bundle",
-  "--format=esm",
-  "--platform=node",
-  "--minify",
-  "--log-level=warning",
+export const ESBUILD_OPTIONS: Readonly<esbuild.BuildOptions> = {
+  bundle: true,
+  format: "esm",
+  platform: "node",
+  minify: true,
+  logLevel: "warning",
   // Pick the packages' entry points Deno's bundler picks: ES modules first, the deno and node conditions.
-  "--main-fields=module,main",
-  "--conditions=deno,node",
-  // CommonJS modules in the bundle call require() (e.g. yaml, reflect-metadata): give them Deno's, as
-  // `deno bundle` does, instead of esbuild's stub that throws in an ES module.
-  `--banner:js=import{createRequire}from"node:module";const require=createRequire(import.meta.url);`,
-];
+  mainFields: ["module", "main"],
+  conditions: ["deno", "node"],
+  // CommonJS modules in the bundle call require() (e.g. yaml): give them Deno's, as `deno bundle` does,
+  // instead of esbuild's stub that throws in an ES module.
+  banner: { js: `import{createRequire}from"node:module";const require=createRequire(import.meta.url);` },
+};
+
+/** Builds run one at a time: each stops esbuild's service when done, which another's must not see. */
+let esbuildTurn: Promise<unknown> = Promise.resolve();
+
+/**
+ * Bundles `entry` (relative to `options.absWorkingDir`) into `outfile` with esbuild's JS API (for the plugin, which
+ * its command line cannot load), running the esbuild on PATH
+ * (node_modules/.bin under `deno task`), the one the permission sets allow.
+ */
+async function bundle(entry: string, outfile: string, options: esbuild.BuildOptions): Promise<void> {
+  const binary = (Deno.env.get("PATH") ?? "").split(":").map((dir) => `${dir}/esbuild`).find((path) => {
+    try {
+      return Deno.statSync(path).isFile;
+    } catch {
+      return false;
+    }
+  });
+  if (binary === undefined) {
+    throw new BuildError(
+      "esbuild is not on PATH (run `npm ci`, then `deno task build`; or add node_modules/.bin to PATH)",
+    );
+  }
+  // The JS API reads it when its module is evaluated (so it is imported only now).
+  Deno.env.set("ESBUILD_BINARY_PATH", binary);
+  const esbuild = await import("esbuild");
+  const turn = esbuildTurn.then(async () => {
+    try {
+      await esbuild.build({ ...options, entryPoints: [entry], outfile });
+    } catch (err) {
+      // esbuild has written its messages (logLevel); the error sums them up.
+      throw new BuildError(`esbuild ${entry} failed: ${(err as Error).message}`);
+    } finally {
+      await esbuild.stop();
+    }
+  });
+  esbuildTurn = turn.catch(() => {});
+  await turn;
+}
 
 /** A JavaScript identifier: what a built-in's export must be to be re-exported by name. */
 const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
 
 /**
- * esbuild flags that make `builtins` lazy in a bundle: every import of
+ * esbuild aliases that make `builtins` lazy in a bundle: every import of
  * `node:<name>` or `<name>` goes to a module written into `dir` that looks the
  * built-in up with `process.getBuiltinModule` when it is evaluated, and
  * re-exports what it exports (the names read from this process's Deno, the
@@ -246,9 +288,12 @@ const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
  * evaluated where the bundle first needs it. Loading `node:http2` and what it
  * pulls in takes about 30 ms, most of a short process's start (`cli --help`).
  */
-async function lazyBuiltinFlags(builtins: readonly string[], dir: string): Promise<string[]> {
+async function lazyBuiltinAliases(
+  builtins: readonly string[],
+  dir: string,
+): Promise<Record<string, string>> {
   await Deno.mkdir(dir, { recursive: true });
-  const flags: string[] = [];
+  const aliases: Record<string, string> = {};
   for (const name of builtins) {
     let builtin: Record<string, unknown>;
     try {
@@ -268,9 +313,10 @@ export default builtin;
 export const { ${names.join(", ")} } = builtin;
 `,
     );
-    flags.push(`--alias:node:${name}=${file}`, `--alias:${name}=${file}`);
+    aliases[`node:${name}`] = file;
+    aliases[name] = file;
   }
-  return flags;
+  return aliases;
 }
 
 /**
@@ -391,13 +437,18 @@ export async function buildComponent(
   const temporary = (path: string) =>
     `${root}/dist/.${path.slice("dist/".length)}.${crypto.randomUUID()}.tmp`;
   await Deno.mkdir(`${root}/dist`, { recursive: true });
-  const bundle = temporary(`${out}.js`);
-  await moveIntoPlace(bundle, `${root}/${out}.js`, async () => {
+  const bundleFile = temporary(`${out}.js`);
+  await moveIntoPlace(bundleFile, `${root}/${out}.js`, async () => {
     const builtins = component.lazyBuiltins;
     const builtinsDir = temporary(`${out}-builtins`);
     try {
-      const aliases = builtins ? await lazyBuiltinFlags(builtins, builtinsDir) : [];
-      await run("esbuild", [component.entry, ...ESBUILD_FLAGS, ...aliases, `--outfile=${bundle}`], root);
+      const alias = builtins ? await lazyBuiltinAliases(builtins, builtinsDir) : {};
+      await bundle(component.entry, bundleFile, {
+        ...ESBUILD_OPTIONS,
+        absWorkingDir: root,
+        alias,
+        plugins: [embeddedDescriptorsPlugin()],
+      });
     } finally {
       if (builtins) await Deno.remove(builtinsDir, { recursive: true }).catch(() => {});
     }

@@ -177,6 +177,19 @@ Deno.test("the built services run under exactly their permission sets", async (t
     assert.match(built, new RegExp(`^built dist/${component.name}\\.js \\(\\d+ KiB, esbuild\\)$`, "m"));
     assert.match(built, new RegExp(`^built dist/${component.name} \\(launcher: `, "m"));
   }
+  // No bundle decodes a descriptor at start (scripts/embedded_descriptors.ts), so none holds protobuf-es's
+  // descriptor of descriptor.proto, which only that decoding needs.
+  for (const name of ["key-service", "join-service", "bootstrapper"]) {
+    const bundle = await Deno.readTextFile(`${DIST}${name}.js`);
+    assert.ok(
+      !bundle.includes('"google/protobuf/descriptor.proto"'),
+      `${name}.js holds descriptor.proto's descriptor`,
+    );
+    assert.ok(
+      bundle.includes('$typeName:"google.protobuf.FileDescriptorProto"'),
+      `${name}.js: no inlined descriptor`,
+    );
+  }
   const launcher = await Deno.readTextFile(LAUNCHER);
   assert.ok(
     launcher.includes("--allow-read=/var/config '--allow-net=0.0.0.0,127.0.0.1,localhost,[::],[::1]'"),
