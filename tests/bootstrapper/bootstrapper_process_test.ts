@@ -38,7 +38,7 @@ async function dataComponent(bytes: Uint8Array, installPath: string, extract: bo
 }
 
 /** Lines of a process's stderr that hold `text`. */
-function linesWith(process: RunningService, text: string | RegExp): string[] {
+function linesWith(process: { stderrLines: readonly string[] }, text: string | RegExp): string[] {
   return process.stderrLines.filter((line) =>
     typeof text === "string" ? line.includes(text) : text.test(line)
   );
@@ -202,6 +202,35 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       assert.ok(linesWith(process, /PCR\[4\]/).length >= 2, "refused, named, and retried");
       assert.equal((await node.pcr15()).toHex(), "00".repeat(32), "not bound");
       assert.equal((await process.stop()).code, 0, "stopped cleanly before any lock");
+    });
+
+    await t.step("an unusable TPM or state disk stops the start: exit 1, the problem named", async (t) => {
+      const node = await addNode("worker-unusable", "Worker");
+      const missingDisk = ["--state-disk", `${dir}/no-such-disk.img`];
+      // Nothing listens on port 1: the TPM's tools cannot connect.
+      const unreachableTpm = ["--tpm", "swtpm:host=127.0.0.1,port=1"];
+      const rows = [
+        {
+          name: "no state disk",
+          flags: missingDisk,
+          want: /cannot start: .*no-such-disk\.img: does not exist/,
+        },
+        { name: "an unreachable TPM", flags: unreachableTpm, want: /cannot start: .*tpm2_pcrread/ },
+        {
+          name: "both: the TPM's problem is the one named",
+          flags: [...unreachableTpm, ...missingDisk],
+          want: /cannot start: .*tpm2_pcrread/,
+        },
+      ];
+      for (const row of rows) {
+        await t.step(row.name, async () => {
+          const result = await node.run([...joinFlags, ...row.flags]);
+          assert.equal(result.code, 1, result.stderrLines.slice(-3).join("\n"));
+          assert.match(result.stderrLines.at(-1)!, row.want);
+          assert.equal(linesWith(result, /cannot start/).length, 1, "one problem named");
+        });
+      }
+      assert.equal((await node.pcr15()).toHex(), "00".repeat(32), "not bound");
     });
 
     await t.step(
