@@ -234,6 +234,13 @@ export const ESBUILD_OPTIONS: Readonly<esbuild.BuildOptions> = {
   banner: { js: `import{createRequire}from"node:module";const require=createRequire(import.meta.url);` },
 };
 
+/** The error for a program the build needs and cannot find. */
+function notOnPath(program: string): BuildError {
+  return new BuildError(
+    `${program} is not on PATH (run \`npm ci\`, then \`deno task build\`; or add node_modules/.bin to PATH)`,
+  );
+}
+
 /** Builds run one at a time: each stops esbuild's service when done, which another's must not see. */
 let esbuildTurn: Promise<unknown> = Promise.resolve();
 
@@ -250,11 +257,7 @@ async function bundle(entry: string, outfile: string, options: esbuild.BuildOpti
       return false;
     }
   });
-  if (binary === undefined) {
-    throw new BuildError(
-      "esbuild is not on PATH (run `npm ci`, then `deno task build`; or add node_modules/.bin to PATH)",
-    );
-  }
+  if (binary === undefined) throw notOnPath("esbuild");
   // The JS API reads it when its module is evaluated (so it is imported only now).
   Deno.env.set("ESBUILD_BINARY_PATH", binary);
   const esbuild = await import("esbuild");
@@ -333,12 +336,7 @@ async function run(
   try {
     output = await new Deno.Command(program, { args, cwd, env, stdin: "null" }).output();
   } catch (err) {
-    if (err instanceof Deno.errors.NotFound) {
-      throw new BuildError(
-        `${program} is not on PATH (run \`npm ci\`, then \`deno task build\`; or add node_modules/.bin to PATH)`,
-      );
-    }
-    throw err;
+    throw err instanceof Deno.errors.NotFound ? notOnPath(program) : err;
   }
   if (!output.success) {
     const stderr = new TextDecoder().decode(output.stderr).trim();

@@ -96,6 +96,28 @@ Deno.test("a lazy built-in that Deno does not have is named, and leaves nothing 
   });
 });
 
+Deno.test("a build without esbuild on PATH says what to install, and leaves nothing in dist/", async () => {
+  await withTempDir("build-no-esbuild-", async (root) => {
+    const config = JSON.parse(await Deno.readTextFile(`${REPO_ROOT}deno.json`));
+    const keyService = COMPONENTS.find((component) => component.name === "key-service")!;
+    const path = Deno.env.get("PATH")!;
+    Deno.env.set("PATH", "/usr/bin:/bin");
+    try {
+      await assert.rejects(
+        buildComponent(root, { config, denoVersion: "2.9.6" }, {
+          ...keyService,
+          entry: `${REPO_ROOT}${keyService.entry}`,
+        }),
+        (error: Error) =>
+          error instanceof BuildError && /^esbuild is not on PATH \(run `npm ci`/.test(error.message),
+      );
+    } finally {
+      Deno.env.set("PATH", path);
+    }
+    assert.deepEqual(await Array.fromAsync(Deno.readDir(`${root}/dist`)), []);
+  });
+});
+
 Deno.test("launcherScript() quotes every flag for the shell and names the Deno to install", () => {
   const script = launcherScript({ name: "svc", entry: "src/svc.ts", permissionSet: "svc" }, [
     "--allow-net=[::1]",
