@@ -42,7 +42,7 @@ import type * as esbuild from "esbuild";
 import { buildConsole } from "../src/console/build.ts";
 import { CONSOLE_FILES, PAGE_DIR_NAME } from "../src/console/page.ts";
 import { SERVICE_DENO_FLAGS } from "../src/os/service_runtime.ts";
-import { embeddedDescriptorsPlugin } from "./embedded_descriptors.ts";
+import { embeddedDescriptorsPlugin, IDENTIFIER } from "./embedded_descriptors.ts";
 
 /** A component to build. */
 export interface Component {
@@ -244,23 +244,44 @@ function notOnPath(program: string): BuildError {
 /** Builds run one at a time: each stops esbuild's service when done, which another's must not see. */
 let esbuildTurn: Promise<unknown> = Promise.resolve();
 
+/** The esbuild on PATH: the first executable file named `esbuild` in its directories. */
+function esbuildOnPath(): string {
+  for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
+    if (dir === "") continue;
+    const path = `${dir}/esbuild`;
+    try {
+      const stat = Deno.statSync(path);
+      if (stat.isFile && ((stat.mode ?? 0o111) & 0o111) !== 0) return path;
+    } catch {
+      // Not in this directory.
+    }
+  }
+  throw notOnPath("esbuild");
+}
+
 /**
- * Bundles `entry` (relative to `options.absWorkingDir`) into `outfile` with esbuild's JS API (for the plugin, which
- * its command line cannot load), running the esbuild on PATH
- * (node_modules/.bin under `deno task`), the one the permission sets allow.
+ * Bundles `entry` (relative to `options.absWorkingDir`) into `outfile` with
+ * esbuild's JS API (for the plugin, which its command line cannot load),
+ * running the esbuild on PATH (node_modules/.bin under `deno task`), the one
+ * the permission sets allow.
  */
 async function bundle(entry: string, outfile: string, options: esbuild.BuildOptions): Promise<void> {
-  const binary = (Deno.env.get("PATH") ?? "").split(":").map((dir) => `${dir}/esbuild`).find((path) => {
-    try {
-      return Deno.statSync(path).isFile;
-    } catch {
-      return false;
-    }
-  });
-  if (binary === undefined) throw notOnPath("esbuild");
-  // The JS API reads it when its module is evaluated (so it is imported only now).
+  const binary = esbuildOnPath();
+  if (binary === "/usr/bin/esbuild") {
+    // esbuild's JS API ignores this path (it is where Debian puts its own esbuild, of another version).
+    throw new BuildError(
+      "the esbuild on PATH is /usr/bin/esbuild, not the project's: put node_modules/.bin first",
+    );
+  }
+  // The JS API reads it when its module is evaluated (so it is imported only now, and the first
+  // build's esbuild serves the process's later builds).
   Deno.env.set("ESBUILD_BINARY_PATH", binary);
-  const esbuild = await import("esbuild");
+  let esbuild: typeof import("esbuild");
+  try {
+    esbuild = await import("esbuild");
+  } catch (err) {
+    throw new BuildError(`cannot load esbuild's JS API (run \`npm ci\`): ${(err as Error).message}`);
+  }
   const turn = esbuildTurn.then(async () => {
     try {
       await esbuild.build({ ...options, entryPoints: [entry], outfile });
@@ -274,9 +295,6 @@ async function bundle(entry: string, outfile: string, options: esbuild.BuildOpti
   esbuildTurn = turn.catch(() => {});
   await turn;
 }
-
-/** A JavaScript identifier: what a built-in's export must be to be re-exported by name. */
-const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
 
 /**
  * esbuild aliases that make `builtins` lazy in a bundle: every import of

@@ -14,8 +14,8 @@
  *
  * The literal recreates the message exactly as `fromBinary` creates it: the
  * fields it sets as own properties, the defaults of proto2's optional fields
- * on a prototype shared by each message type, and the JSON names `fileDesc`
- * restores. `tests/build/embedded_descriptors_test.ts` compares the result
+ * on a prototype shared by the messages of a type (one per module here, one
+ * per type in protobuf-es), and the JSON names `fileDesc` restores. `tests/build/embedded_descriptors_test.ts` compares the result
  * with `fileDesc`'s for every generated file we bundle.
  *
  * @module
@@ -35,8 +35,11 @@ const EMBEDDED_FILE_MODULE = decodeURIComponent(
   new URL("../src/protobuf/embedded_file.ts", import.meta.url).pathname,
 );
 
-/** protobuf-es's generated call, `fileDesc("<base64>"`, with its imports (if any) after. */
-const FILE_DESC_CALL = /\bfileDesc\("([A-Za-z0-9+/]*={0,2})"/g;
+/** protobuf-es's generated call, `fileDesc("<base64>"`, with its imports (if any) after; not a method's. */
+const FILE_DESC_CALL = /(?<![\w$.])fileDesc\("([A-Za-z0-9+/]*={0,2})"/g;
+
+/** Any call of `fileDesc` (what must not be left in a rewritten module). */
+const ANY_FILE_DESC_CALL = /(?<![\w$.])fileDesc\s*\(/;
 
 /** The name the rewritten module imports `embeddedFile` under (generated code uses no `$`-prefixed names). */
 const EMBEDDED_FILE = "$embeddedFile";
@@ -60,8 +63,8 @@ export function decodeEmbeddedDescriptor(base64: string): FileDescriptorProto {
   return proto;
 }
 
-/** A property name that needs no quotes in an object literal. */
-const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
+/** A JavaScript identifier: a property name that needs no quotes, or a name a module can export. */
+export const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
 
 /**
  * JavaScript source that recreates messages as protobuf-es creates them. A
@@ -81,8 +84,13 @@ export class MessageLiteralWriter {
         return "void 0";
       case "bigint":
         return `${value}n`;
-      case "string":
       case "number":
+        // JSON would write NaN and the infinities as null, and -0 as 0.
+        if (!Number.isFinite(value) || Object.is(value, -0)) {
+          throw new Error(`cannot write the number ${value} into a descriptor literal`);
+        }
+        return JSON.stringify(value);
+      case "string":
       case "boolean":
         return JSON.stringify(value);
       case "object":
@@ -96,7 +104,9 @@ export class MessageLiteralWriter {
     const prototype = Object.getPrototypeOf(value);
     if (prototype === Object.prototype) return this.#objectLiteral(value);
     const { $typeName, ...fields } = value as Record<string, unknown>;
-    return `${this.#factory(prototype, $typeName)}(${this.#objectLiteral(fields)})`;
+    // Pure, as protobuf-es's own `fileDesc` calls are: a module left unused (e.g. inside a lazily
+    // imported part of a bundle) keeps none of its descriptor.
+    return `/*@__PURE__*/${this.#factory(prototype, $typeName)}(${this.#objectLiteral(fields)})`;
   }
 
   /** The function that makes messages with `prototype`, all of type `typeName`. */
@@ -146,9 +156,12 @@ export function inlineEmbeddedDescriptors(source: string): string | undefined {
     return `${EMBEDDED_FILE}(${writer.write(decodeEmbeddedDescriptor(base64))}`;
   });
   if (!found) return undefined;
-  return `import { embeddedFile as ${EMBEDDED_FILE} } from ${JSON.stringify(EMBEDDED_FILE_MODULE)};
+  // One left behind (written another way) would still need descriptor.proto's descriptor at start.
+  if (ANY_FILE_DESC_CALL.test(rewritten)) throw new Error('a fileDesc call that is not fileDesc("<base64>"');
+  const hashbang = /^#!.*\n/.exec(rewritten)?.[0] ?? "";
+  return `${hashbang}import { embeddedFile as ${EMBEDDED_FILE} } from ${JSON.stringify(EMBEDDED_FILE_MODULE)};
 ${writer.declarations.join("\n")}
-${rewritten}`;
+${rewritten.slice(hashbang.length)}`;
 }
 
 /** The esbuild plugin: every generated module (`*_pb.ts`, `*_pb.js`) bundled gets its descriptors inlined. */

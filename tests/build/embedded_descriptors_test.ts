@@ -19,6 +19,7 @@ import {
   toJson,
 } from "@bufbuild/protobuf";
 import { fileDesc } from "@bufbuild/protobuf/codegenv2";
+import { nestedTypes } from "@bufbuild/protobuf/reflect";
 import * as wkt from "@bufbuild/protobuf/wkt";
 import {
   decodeEmbeddedDescriptor,
@@ -26,11 +27,6 @@ import {
   MessageLiteralWriter,
 } from "../../scripts/embedded_descriptors.ts";
 import { embeddedFile } from "../../src/protobuf/embedded_file.ts";
-import { file_atls_v1_atls } from "../../src/gen/atls/v1/atls_pb.ts";
-import { file_components_components } from "../../src/gen/components/components_pb.ts";
-import { file_init_init } from "../../src/gen/init/init_pb.ts";
-import { file_join_join } from "../../src/gen/join/join_pb.ts";
-import { file_kms_kms } from "../../src/gen/kms/kms_pb.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 
 const WKT_DIR = `${REPO_ROOT}node_modules/@bufbuild/protobuf/dist/esm/wkt/`;
@@ -41,13 +37,9 @@ interface GeneratedFile {
   imports: DescFile[];
 }
 
-/** Ours, every well-known type's but descriptor.proto's (which protobuf-es boots from an object), Connect's. */
-function generatedFiles(): GeneratedFile[] {
-  const ours = [file_atls_v1_atls, file_components_components, file_init_init, file_join_join, file_kms_kms]
-    .map((file) => ({
-      path: `${REPO_ROOT}src/gen/${file.proto.name.replace(/\.proto$/, "_pb.ts")}`,
-      imports: file.dependencies,
-    }));
+/** Ours (every module in src/gen), every well-known type's but descriptor.proto's (booted from an object), Connect's. */
+async function generatedFiles(): Promise<GeneratedFile[]> {
+  const ours = (await ourFiles()).map(({ path, file }) => ({ path, imports: file.dependencies }));
   const wellKnown = Object.entries(wkt)
     .filter(([name]) =>
       name.startsWith("file_google_protobuf_") && name !== "file_google_protobuf_descriptor"
@@ -62,6 +54,27 @@ function generatedFiles(): GeneratedFile[] {
     imports: [wkt.file_google_protobuf_any],
   };
   return [...ours, ...wellKnown, connectStatus];
+}
+
+/** Every module in src/gen and the file descriptor it exports. */
+async function ourFiles(): Promise<{ path: string; file: DescFile }[]> {
+  const files = [];
+  for await (const path of walk(`${REPO_ROOT}src/gen`)) {
+    const module: Record<string, unknown> = await import(path);
+    const exported = Object.entries(module).filter(([name]) => name.startsWith("file_"));
+    assert.equal(exported.length, 1, path);
+    files.push({ path, file: exported[0][1] as DescFile });
+  }
+  return files;
+}
+
+/** The `*_pb.ts` files under `dir`. */
+async function* walk(dir: string): AsyncGenerator<string> {
+  for await (const entry of Deno.readDir(dir)) {
+    const path = `${dir}/${entry.name}`;
+    if (entry.isDirectory) yield* walk(path);
+    else if (entry.name.endsWith("_pb.ts")) yield path;
+  }
 }
 
 /** The one base64 descriptor a generated module embeds. */
@@ -105,6 +118,11 @@ function assertSameMessage(actual: unknown, expected: unknown, path: string): vo
   }
 }
 
+/** Every message type of `file`, nested ones too. */
+function allMessages(file: DescFile): DescMessage[] {
+  return [...nestedTypes(file)].filter((type) => type.kind === "message");
+}
+
 /** What a message type's schema says about each field, as the runtime uses it. */
 function fieldsOf(message: DescMessage): unknown[] {
   return message.fields.map((field) => [
@@ -122,8 +140,9 @@ function fieldsOf(message: DescMessage): unknown[] {
 }
 
 Deno.test("each generated file's inlined descriptor is the one fileDesc builds from its base64", async (t) => {
-  const files = generatedFiles();
-  assert.ok(files.length >= 15, `${files.length} generated files`);
+  const files = await generatedFiles();
+  assert.ok(files.filter((file) => file.path.includes("/src/gen/")).length >= 5, "our generated files");
+  assert.ok(files.length >= 20, `${files.length} generated files`);
   for (const { path, imports } of files) {
     await t.step(path.slice(REPO_ROOT.length), async () => {
       const base64 = await embeddedBase64(path);
@@ -145,7 +164,7 @@ Deno.test("each generated file's inlined descriptor is the one fileDesc builds f
         expected.dependencies.map((file) => file.name),
       );
       assert.deepEqual(actual.messages.map((m) => m.typeName), expected.messages.map((m) => m.typeName));
-      assert.deepEqual(actual.messages.map(fieldsOf), expected.messages.map(fieldsOf));
+      assert.deepEqual(allMessages(actual).map(fieldsOf), allMessages(expected).map(fieldsOf));
       assert.deepEqual(
         actual.enums.map((e) => e.values.map((v) => [v.name, v.number])),
         expected.enums.map((e) => e.values.map((v) => [v.name, v.number])),
@@ -226,19 +245,9 @@ function sampleJson(message: DescMessage, depth: number): Record<string, unknown
 }
 
 Deno.test("our messages read and write the same with the inlined descriptors as with fileDesc's", async (t) => {
-  for (
-    const file of [
-      file_atls_v1_atls,
-      file_components_components,
-      file_init_init,
-      file_join_join,
-      file_kms_kms,
-    ]
-  ) {
+  for (const { path, file } of await ourFiles()) {
     const writer = new MessageLiteralWriter();
-    const base64 = await embeddedBase64(
-      `${REPO_ROOT}src/gen/${file.proto.name.replace(/\.proto$/, "_pb.ts")}`,
-    );
+    const base64 = await embeddedBase64(path);
     const inlined = embeddedFile(
       evaluate(writer, writer.write(decodeEmbeddedDescriptor(base64))) as wkt.FileDescriptorProto,
       file.dependencies,
@@ -270,15 +279,40 @@ Deno.test("a generated module's fileDesc calls become embeddedFile calls, its ot
   assert.doesNotMatch(inlined, /\bfileDesc\("/);
   assert.match(
     inlined,
-    /export const file_join_join: GenFile = \/\*@__PURE__\*\/\s+\$embeddedFile\(\$message\d+\(/,
+    /export const file_join_join: GenFile = \/\*@__PURE__\*\/\s+\$embeddedFile\(\/\*@__PURE__\*\/\$message\d+\(/,
   );
   assert.match(inlined, /, \[file_atls_v1_atls, file_components_components\]\);/);
   const untouched = (text: string) => text.slice(text.indexOf("export const IssueJoinTicketRequestSchema"));
   assert.equal(untouched(inlined), untouched(source));
 });
 
+Deno.test("a module's other fileDesc calls: a method is left alone, a call written otherwise fails", async (t) => {
+  const base64 = await embeddedBase64(`${WKT_DIR}google/protobuf/any_pb.js`);
+  await t.step("someone else's fileDesc method", () => {
+    const source = `export const a = fileDesc("${base64}");\nexport const b = other.fileDesc("${base64}");\n`;
+    const inlined = inlineEmbeddedDescriptors(source)!;
+    assert.match(inlined, /export const a = \$embeddedFile\(/);
+    assert.ok(inlined.endsWith(`export const b = other.fileDesc("${base64}");\n`), inlined);
+  });
+  await t.step("a call split over lines", () => {
+    const source = `export const a = fileDesc("${base64}");\nexport const b = fileDesc(\n  "${base64}");\n`;
+    assert.throws(
+      () => inlineEmbeddedDescriptors(source),
+      /a fileDesc call that is not fileDesc\("<base64>"/,
+    );
+  });
+  await t.step("a hashbang stays first", () => {
+    const inlined = inlineEmbeddedDescriptors(
+      `#!/usr/bin/env -S deno run\nexport const a = fileDesc("${base64}");\n`,
+    )!;
+    assert.match(inlined, /^#!\/usr\/bin\/env -S deno run\nimport \{ embeddedFile as \$embeddedFile \}/);
+  });
+});
+
 Deno.test("the literal writer refuses what it would not recreate exactly", async (t) => {
   const rows: { name: string; value: unknown; message: RegExp }[] = [
+    { name: "NaN", value: { n: NaN }, message: /cannot write the number NaN/ },
+    { name: "-0", value: { n: -0 }, message: /cannot write the number 0/ },
     { name: "a function", value: { f: () => 1 }, message: /cannot write a function/ },
     { name: "a symbol key", value: { [Symbol("s")]: 1 }, message: /cannot write the property Symbol\(s\)/ },
     {
