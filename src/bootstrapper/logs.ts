@@ -13,7 +13,6 @@
  * @module
  */
 import { concatBytes } from "../bytes/concat.ts";
-import { readTail } from "../fs/tail.ts";
 import { runTool, stderrExcerpt, ToolError } from "../os/run_tool.ts";
 
 /** Units whose journal is collected by default. */
@@ -112,6 +111,34 @@ export function chunks(bytes: Uint8Array, size: number = DEFAULT_CHUNK_BYTES): U
     pieces.push(bytes.subarray(offset, offset + size));
   }
   return pieces;
+}
+
+/** The last `maxBytes` of `path`, or why it cannot be read. */
+async function readTail(path: string, maxBytes: number): Promise<Uint8Array | string> {
+  let file: Deno.FsFile;
+  try {
+    file = await Deno.open(path, { read: true });
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return `${path} does not exist`;
+    return `${path} cannot be read: ${(error as Error).message.split("\n")[0]}`;
+  }
+  try {
+    const { size } = await file.stat();
+    const start = Math.max(0, size - maxBytes);
+    await file.seek(start, Deno.SeekMode.Start);
+    const buffer = new Uint8Array(size - start);
+    let filled = 0;
+    while (filled < buffer.length) {
+      const read = await file.read(buffer.subarray(filled));
+      if (read === null) break;
+      filled += read;
+    }
+    return buffer.subarray(0, filled);
+  } catch (error) {
+    return `${path} cannot be read: ${(error as Error).message.split("\n")[0]}`;
+  } finally {
+    file.close();
+  }
 }
 
 function tail(bytes: Uint8Array, maxBytes: number): Uint8Array {

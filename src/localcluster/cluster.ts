@@ -22,7 +22,6 @@
  *
  * @module
  */
-import { readTail } from "../fs/tail.ts";
 import { freePort } from "../net/free_port.ts";
 import bcrypt from "bcryptjs";
 import { TpmIssuer } from "../attestation/tpm/issuer.ts";
@@ -441,16 +440,17 @@ class Cluster implements LocalCluster {
           );
         }
       };
-      const timer = setTimeout(async () => {
+      const timer = setTimeout(() => {
         finish();
-        const message = `node ${name} not ${phases.join(" or ")} within ${
-          Math.round(timeoutMs / 1000)
-        } s: ${record.status.phase}${
-          record.status.reason ? ` (${record.status.reason})` : ""
-        }; see ${record.status.log}`;
-        // The log's last lines go with the error (its cause, not its message, which is the status's reason):
-        // a test that fails on a machine that is gone has nothing else to read.
-        reject(new Error(message, { cause: new Error(await lastLogLines(record.status.log)) }));
+        reject(
+          new Error(
+            `node ${name} not ${phases.join(" or ")} within ${
+              Math.round(timeoutMs / 1000)
+            } s: ${record.status.phase}${
+              record.status.reason ? ` (${record.status.reason})` : ""
+            }; see ${record.status.log}`,
+          ),
+        );
       }, timeoutMs);
       const finish = () => {
         clearTimeout(timer);
@@ -782,17 +782,6 @@ class Cluster implements LocalCluster {
       },
     };
   }
-}
-
-/** The last lines of a node's log (at most 4 KiB of it), or why it cannot be read. */
-async function lastLogLines(path: string): Promise<string> {
-  const maxBytes = 4096;
-  const tail = await readTail(path, maxBytes);
-  if (typeof tail === "string") return tail;
-  const lines = new TextDecoder().decode(tail).trimEnd().split("\n");
-  // A tail of the full size may begin inside a line.
-  if (tail.length === maxBytes) lines.shift();
-  return `the last lines of ${path}:\n${lines.slice(-8).join("\n")}`;
 }
 
 /** The browser port in a "listening" line (the bootstrapper's and the join service's). */
