@@ -16,6 +16,7 @@ import { runToExit } from "../../src/os/service_process.ts";
 import { REPO_ROOT } from "../../src/localcluster/node.ts";
 import { diskOpensWith } from "../support/cryptsetup.ts";
 import { sha256 } from "../support/digest.ts";
+import { printLogTails } from "../support/fresh_local_cluster.ts";
 
 /** SHA256(old ‖ SHA256(data)): what TPM2_PCR_Event does to a SHA-256 PCR. */
 async function extended(old: Uint8Array, data: Uint8Array): Promise<string> {
@@ -58,7 +59,16 @@ async function diskUuid(disk: string): Promise<string> {
 Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or survived", async (t) => {
   const stateDir = await Deno.realPath(await Deno.makeTempDir({ prefix: "e2e-cluster-" }));
   const started = Date.now();
-  const cluster = await startLocalCluster({ stateDir, controlPlanes: 2, workers: 3, network: "netns" });
+  const cluster = await startLocalCluster({ stateDir, controlPlanes: 2, workers: 3, network: "netns" })
+    .catch(async (error) => {
+      await printLogTails(`${stateDir}/logs`);
+      throw error;
+    });
+  // A failed step leaves the test running; its logs are printed at the end, before the state directory goes.
+  let failed = false;
+  const step = async (name: string, fn: (t: Deno.TestContext) => void | Promise<void>) => {
+    if (!(await t.step(name, fn))) failed = true;
+  };
   try {
     console.log(`cluster up (2 control planes + 3 workers, netns): ${(Date.now() - started) / 1000} s`);
     const masterSecret = JSON.parse(await Deno.readTextFile(cluster.paths.masterSecret));
@@ -70,7 +80,7 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
     const caPath = `${cluster.node("control-plane-0").files.root}/etc/kubernetes/pki/ca.crt`;
     const joiners = cluster.nodes().filter((node) => node.name !== "control-plane-0");
 
-    await t.step("every node joined in its own namespace; both control planes serve joins", () => {
+    await step("every node joined in its own namespace; both control planes serve joins", () => {
       assert.equal(cluster.status.state, "running");
       assert.deepEqual(cluster.nodes().map((node) => node.status.phase), Array(5).fill("joined"));
       const addresses = new Set(cluster.nodes().map((node) => node.network.address));
@@ -80,19 +90,19 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       }
     });
 
-    await t.step("every node's disk opens with the key service derivation for its disk UUID", async () => {
+    await step("every node's disk opens with the key service derivation for its disk UUID", async () => {
       for (const node of cluster.nodes()) {
         const key = await deriveStateDiskKey(kms, await diskUuid(node.files.disk));
         assert.ok(await diskOpensWith(node.files.disk, key), `${node.name}: the derived key opens the disk`);
       }
     });
 
-    await t.step("PCR 15 of every node holds the cluster ID", async () => {
+    await step("PCR 15 of every node holds the cluster ID", async () => {
       const want = await extended(new Uint8Array(32), clusterId);
       for (const node of cluster.nodes()) assert.equal((await node.pcr15()).toHex(), want, node.name);
     });
 
-    await t.step("one distinct bootstrap token per joined node, each expiring within the TTL", async () => {
+    await step("one distinct bootstrap token per joined node, each expiring within the TTL", async () => {
       const tokens = await bootstrapTokens(cluster);
       assert.equal(tokens.size, joiners.length);
       for (const expiration of tokens.values()) {
@@ -100,7 +110,7 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       }
     });
 
-    await t.step("every kubelet certificate chains to the cluster CA and names its node", async () => {
+    await step("every kubelet certificate chains to the cluster CA and names its node", async () => {
       for (const node of joiners) {
         const cert = nodePaths(node.files.root).kubeletCert;
         const verify = await runToExit("openssl", ["verify", "-CAfile", caPath, cert]);
@@ -110,7 +120,7 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       }
     });
 
-    await t.step("kubectl shows the JoiningNodes and Secrets the ticket flow created", async () => {
+    await step("kubectl shows the JoiningNodes and Secrets the ticket flow created", async () => {
       const text = await kubectl(cluster, ["get", "joiningnodes,secrets", "-n", "kube-system"]);
       // A control plane's JoiningNode has the one fixed name, as in the original.
       const names = joiners.map((node) => node.role === "ControlPlane" ? "control-plane" : node.name);
@@ -119,7 +129,7 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       assert.equal(text.match(/secret\/bootstrap-token-[a-z0-9]{6}\s/g)?.length, joiners.length);
     });
 
-    await t.step(
+    await step(
       "a node with another PCR 4 is refused, keeps retrying, and cli verify names PCR 4",
       async () => {
         const node = await cluster.addNode({ role: "Worker", name: "worker-tampered", tamperPcr4: true });
@@ -149,7 +159,7 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       },
     );
 
-    await t.step(
+    await step(
       "a worker whose key is not a control plane's is refused the control-plane role",
       async () => {
         const node = await cluster.addNode({
@@ -163,7 +173,7 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       },
     );
 
-    await t.step("a dummy node is refused by the qemu-vtpm cluster", async () => {
+    await step("a dummy node is refused by the qemu-vtpm cluster", async () => {
       const node = await cluster.addNode({
         role: "Worker",
         name: "worker-dummy",
@@ -174,13 +184,13 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       assert.match(refused.reason!, /variant|dummy|attestation/i);
     });
 
-    await t.step("no Secret, token or JoiningNode for the refused nodes", async () => {
+    await step("no Secret, token or JoiningNode for the refused nodes", async () => {
       const text = await kubectl(cluster, ["get", "joiningnodes,secrets", "-n", "kube-system"]);
       assert.doesNotMatch(text, /worker-tampered|worker-posing|worker-dummy/);
       assert.equal((await bootstrapTokens(cluster)).size, joiners.length);
     });
 
-    await t.step("join services killed while nodes join: they wait, then join once it is back", async () => {
+    await step("join services killed while nodes join: they wait, then join once it is back", async () => {
       const before = await bootstrapTokens(cluster);
       const late = [
         await cluster.addNode({ role: "Worker", name: "worker-late-0" }),
@@ -206,7 +216,7 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       }
     });
 
-    await t.step("a rebooted worker rejoins: PCR 15 is bound to the cluster again", async () => {
+    await step("a rebooted worker rejoins: PCR 15 is bound to the cluster again", async () => {
       const worker = cluster.node("worker-0");
       const { rejoin, boot } = await worker.reboot();
       assert.equal(rejoin.code, 0, rejoin.stderrLines.slice(-5).join("\n"));
@@ -218,6 +228,7 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
     });
   } finally {
     await cluster.close();
+    if (failed) await printLogTails(cluster.paths.logs);
     await Deno.remove(stateDir, { recursive: true });
   }
   console.log(`e2e test: ${(Date.now() - started) / 1000} s`);

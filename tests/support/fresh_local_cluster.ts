@@ -35,8 +35,11 @@ export async function withFreshCluster<T>(
 /** Lines of each log file printed when a cluster fails. */
 const LOG_TAIL_LINES = 30;
 
-/** Prints the last lines of every log in `dir` to stderr (the components' logs hold no secrets). */
-async function printLogTails(dir: string): Promise<void> {
+/**
+ * Prints the last lines of every log in `dir` to stderr (the components' logs hold no secrets): what a
+ * failed test leaves to read once its state directory is gone.
+ */
+export async function printLogTails(dir: string): Promise<void> {
   try {
     for await (const entry of Deno.readDir(dir)) {
       if (!entry.isFile) continue;
