@@ -90,6 +90,20 @@ export async function netnsAvailable(): Promise<boolean> {
   }
 }
 
+/**
+ * The bridge's own MAC address, `02:00:0a:2a:<n>:01` (locally administered;
+ * 0a:2a:<n>:01 is the host's 10.42.<n>.1). A bridge created without one
+ * takes the lowest MAC of its ports and changes it whenever a node's veth
+ * with a lower one joins, without telling anyone: every node that had the
+ * host's address resolved then sends to the old MAC, and loses the metadata
+ * API and the Kubernetes API (its join service answers Unavailable) for up
+ * to a minute (53 s measured) until its ARP entry is found stale. An address
+ * given at creation is kept.
+ */
+function bridgeMac(subnet: number): string {
+  return `02:00:0a:2a:${subnet.toString(16).padStart(2, "0")}:01`;
+}
+
 /** Creates the cluster's network. */
 export async function createNetwork(options: CreateNetworkOptions): Promise<ClusterNetwork> {
   const kind = options.kind === "auto" ? (await netnsAvailable() ? "netns" : "loopback") : options.kind;
@@ -122,7 +136,7 @@ async function netnsNetwork(onNames: (names: NetworkNames) => Promise<void>): Pr
     const bridge = `${BRIDGE_PREFIX}${n}`;
     // Creating the bridge is the claim on the subnet: it fails when another cluster holds it. It is
     // recorded only once it is ours (a crash in between leaves it behind rather than taking another's).
-    const created = await runTool("ip", ["link", "add", bridge, "type", "bridge"]);
+    const created = await runTool("ip", ["link", "add", bridge, "address", bridgeMac(n), "type", "bridge"]);
     if (!created.success) {
       if (/exists/i.test(created.stderr)) continue;
       throw new Error(`cannot create the cluster bridge: ip link add: ${stderrExcerpt(created.stderr)}`);

@@ -1,0 +1,73 @@
+/**
+ * The local cluster's netns network on real namespaces, veth pairs and a
+ * Linux bridge (root with `ip netns`; skipped elsewhere).
+ */
+import assert from "node:assert/strict";
+import { createNetwork, netnsAvailable, removeNetwork } from "../../src/localcluster/network.ts";
+import { runTool } from "../../src/os/run_tool.ts";
+
+/** Locally administered unicast MACs lower than any veth's random one. */
+const LOW_MAC = "02:00:00:00:00:02";
+const LOWEST_MAC = "02:00:00:00:00:01";
+
+/** A link's MAC address (`ip`: Deno reads nothing under /sys without --allow-all). */
+async function linkAddress(name: string): Promise<string> {
+  const show = await runTool("ip", ["-j", "link", "show", "dev", name]);
+  assert.ok(show.success, show.stderr);
+  return JSON.parse(show.stdout)[0].address;
+}
+
+async function setLinkAddress(name: string, address: string): Promise<void> {
+  const set = await runTool("ip", ["link", "set", name, "address", address]);
+  assert.ok(set.success, set.stderr);
+  assert.equal(await linkAddress(name), address);
+}
+
+Deno.test({
+  name: "netns network: a node joining does not cut the others off from the host",
+  ignore: !(await netnsAvailable()),
+  async fn(t) {
+    const network = await createNetwork({ kind: "netns" });
+    const { bridge } = network.names;
+    // The host side of the network: what the metadata and Kubernetes APIs are to nodes.
+    const server = Deno.serve(
+      { hostname: network.hostAddress, port: 0, onListen: () => {} },
+      () => new Response("host"),
+    );
+    try {
+      // A node's host-side veth is named after the bridge. Node 0's gets a low MAC: a bridge that takes
+      // its ports' lowest MAC takes it, and node 1 resolves the host to a MAC that is not its own port's.
+      await network.addNode(0);
+      await setLinkAddress(`${bridge}v0`, LOW_MAC);
+      const node = await network.addNode(1);
+      /** Whether node 1 reaches the host within 2 s (with a stale ARP entry it took 53 s). */
+      const reachesHost = async () => {
+        const url = `http://${network.hostAddress}:${server.addr.port}/`;
+        const curl = await runTool("ip", [
+          ...node.commandPrefix.slice(1),
+          "curl",
+          "-sS",
+          "--max-time",
+          "2",
+          url,
+        ]);
+        return curl.success && curl.stdout === "host";
+      };
+      assert.ok(await reachesHost(), "node 1 reaches the host");
+      const bridgeMac = await linkAddress(bridge);
+
+      await t.step("the bridge keeps its MAC when a node with a lower one joins", async () => {
+        await network.addNode(2);
+        await setLinkAddress(`${bridge}v2`, LOWEST_MAC);
+        assert.equal(await linkAddress(bridge), bridgeMac);
+      });
+
+      await t.step("the other nodes still reach the host at once", async () => {
+        assert.ok(await reachesHost(), "the host answers node 1 within 2 s");
+      });
+    } finally {
+      await server.shutdown();
+      await removeNetwork(network.names);
+    }
+  },
+});
