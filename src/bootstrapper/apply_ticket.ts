@@ -14,7 +14,7 @@
  *     This is the point of no return: from here on every failure is
  *     terminal for this boot, and the caller's signal no longer cancels
  *     (the apply is bounded by its own timeout instead);
- *  4. `onLocked()` (stops the init server);
+ *  4. `onLocked()` (stops the init server; also when the marking failed);
  *  5. the state disk's passphrase becomes the ticket's disk key (and the
  *     disk is marked initialized);
  *  6. control-plane files into `pkiDir` (control planes only), then the
@@ -115,7 +115,7 @@ export interface ApplyPaths {
 export interface ApplyDependencies {
   /** The node lock; taking it marks the node (PCR 15). */
   lock: NodeLockLike;
-  /** Called once right after this applier took the lock (stops the init server). */
+  /** Called once right after this applier took the lock, also if marking failed (stops the init server). */
   onLocked(): void | Promise<void>;
   /** The state disk. */
   disk: PassphraseChanger;
@@ -225,6 +225,8 @@ export class JoinTicketApplier implements TicketApplier {
     try {
       locked = await lock.tryLock(clusterId);
     } catch (error) {
+      // Marking failed but the lock is taken: the init server must stop too, this boot is over.
+      await this.#deps.onLocked();
       throw new ApplyError("lock-failed", `acquiring node lock: ${messageOf(error)}`, true, { cause: error });
     }
     if (!locked) throw new ApplyError("lock-held", "node is already being initialized", false);

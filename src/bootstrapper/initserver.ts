@@ -28,7 +28,8 @@
  *  6. the node lock (`false`: a join took it). From here on the work runs
  *     to its end even if the client goes away, and any failure is terminal
  *     for this boot;
- *  7. `onLocked()` (stops the join client);
+ *  7. `onLocked()` (stops the join client; also when marking the node
+ *     failed, which ends the Init and this boot);
  *  8. the state disk's passphrase becomes the derived disk key;
  *  9. the node state file (ControlPlane, the salt);
  * 10. {@linkcode ClusterInitializer.initialize} → the admin kubeconfig;
@@ -162,7 +163,7 @@ export interface InitServerDependencies {
   initSecretHash: InitSecretHash;
   /** The node lock shared with the join client. */
   lock: InitNodeLock;
-  /** Called once, right after this server took the lock (stops the join client). Must not throw. */
+  /** Called once, right after this server took the lock, also if marking failed (stops the join client). */
   onLocked(): void;
   /** The state disk. */
   disk: StateDisk;
@@ -598,11 +599,6 @@ export class InitServer {
       // Past the lock the work is the node's, not the caller's: it runs to its end.
       const signal = this.#lifetime.signal;
       const deps = this.#deps;
-      try {
-        deps.onLocked();
-      } catch (error) {
-        deps.logger.warn("stopping the join client failed", { error });
-      }
 
       await step("disk-failed", "setting up disk", async () => {
         const uuid = await deps.disk.uuid({ signal });
@@ -774,7 +770,12 @@ export class InitServer {
     };
   }
 
-  /** Step 6: the lock; true when taken (a failure to mark still counts as taken: no way back). */
+  /**
+   * Step 6: the lock; true when taken. A failure to mark still counts as
+   * taken (no way back): the join client is stopped either way, and the
+   * process ends with the failure instead of waiting for a join that can no
+   * longer happen.
+   */
   async #lock(clusterId: Uint8Array): Promise<boolean> {
     let won: boolean;
     try {
@@ -783,6 +784,7 @@ export class InitServer {
       this.#deps.logger.error("locking the node failed", { error });
       // The lock is taken even though marking failed (helper O's NodeLock): terminal.
       this.#phase = "failed";
+      this.#stopJoinClient();
       throw rejectInit("lock-failed", `locking node: ${(error as Error).message}`, { cause: error });
     }
     if (!won) {
@@ -794,7 +796,17 @@ export class InitServer {
       );
     }
     this.#deps.logger.info("node locked to the cluster");
+    this.#stopJoinClient();
     return true;
+  }
+
+  /** Tells the bootstrapper this side took the node lock. */
+  #stopJoinClient(): void {
+    try {
+      this.#deps.onLocked();
+    } catch (error) {
+      this.#deps.logger.warn("stopping the join client failed", { error });
+    }
   }
 
   /** The node's logs as `log` messages of at most the chunk size; a collection failure is one last chunk. */

@@ -165,13 +165,20 @@ Deno.test("init server", async (t) => {
     },
   );
 
-  await t.step("a lock failure is terminal", async () => {
+  await t.step("a lock failure is terminal: the join client is stopped and the outcome settles", async () => {
     const w = world({ lock: { tryLock: () => Promise.reject(new Error("tpm2_pcrevent: exit status 1")) } });
     const error = await refused(w);
     assert.equal(error.code, Code.Internal);
     assert.equal(error.serverMessage, "locking node: tpm2_pcrevent: exit status 1");
     assert.equal(w.server.phase, "failed");
+    // The bootstrapper learns that this side took the lock (a half-marked node joins nothing either).
+    assert.deepEqual(w.calls, ["onLocked"]);
+    assert.deepEqual(await w.server.outcome, {
+      ok: false,
+      error: "locking node: tpm2_pcrevent: exit status 1",
+    });
     assert.equal((await refused(w)).code, Code.FailedPrecondition);
+    assert.deepEqual(w.calls, ["onLocked"]);
   });
 
   await t.step("log chunking: the logs arrive in chunks of the configured size", async () => {

@@ -75,7 +75,7 @@ interface WorldOptions {
   peers?: () => Promise<InstanceMetadata[]>;
   /** Answers ticket requests; default a valid ticket for the node's role. */
   tickets?: (call: TicketCall, index: number) => Promise<IssueJoinTicketResponse>;
-  lock?: boolean;
+  lock?: boolean | string;
   kubeadmFailures?: number;
   /** Which control plane a round asks first; default the first listed (null: the client's own default). */
   firstEndpoint?: ((count: number) => number) | null;
@@ -390,6 +390,25 @@ Deno.test("join client", async (t) => {
         assert.equal(error.reason, "lock-held");
         assert.equal(error.message, "node is already being initialized");
         assert.equal(w.os.onLockedCalls, 0);
+        assert.deepEqual(w.os.passphrases, []);
+        assert.deepEqual(w.os.joins, []);
+        await assertNoSecretFiles(w.os);
+        assert.equal(w.calls.length, 1, "no further ticket is requested");
+      },
+    },
+    {
+      name: "marking the node fails: terminal, the init server is stopped, nothing written",
+      run: async () => {
+        const w = await world({ lock: "tpm2_pcrevent: exit status 1" });
+        const error = await drive(w.client.run(), w.timers, INTERVAL).then(
+          () => assert.fail("joined"),
+          (e) => e,
+        );
+        assert.ok(error instanceof ApplyError);
+        assert.equal(error.reason, "lock-failed");
+        assert.equal(error.afterLock, true);
+        assert.equal(error.message, "acquiring node lock: tpm2_pcrevent: exit status 1");
+        assert.equal(w.os.onLockedCalls, 1);
         assert.deepEqual(w.os.passphrases, []);
         assert.deepEqual(w.os.joins, []);
         await assertNoSecretFiles(w.os);

@@ -156,8 +156,8 @@ export interface FakeOs {
 
 /** Options of {@linkcode fakeOs}. */
 export interface FakeOsOptions {
-  /** What tryLock answers; default true. */
-  lock?: boolean;
+  /** What tryLock answers (a string: it rejects with that message, the lock taken); default true. */
+  lock?: boolean | string;
   /** kubeadm join fails this many times first (with the token in its message, to check redaction). */
   kubeadmFailures?: number;
   logger: Logger;
@@ -182,7 +182,8 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
     lock: {
       tryLock: (clusterId) => {
         os.locks.push(clusterId);
-        return Promise.resolve(options.lock ?? true);
+        const lock = options.lock ?? true;
+        return typeof lock === "string" ? Promise.reject(new Error(lock)) : Promise.resolve(lock);
       },
     },
     onLocked: () => {
