@@ -51,7 +51,7 @@ import { Kubeadm } from "./kubeadm.ts";
 import { JournalLogs } from "./logs.ts";
 import { type ClusterMarker, NodeLock } from "./nodelock.ts";
 import { type NodePaths, nodePaths } from "./node_paths.ts";
-import { readNodeState, writeNodeState } from "./node_state.ts";
+import { writeNodeState } from "./node_state.ts";
 import { isNodeBound, TpmClusterMarker } from "./pcr15.ts";
 import { rejoin } from "./rejoin.ts";
 import {
@@ -66,6 +66,8 @@ import { Systemctl } from "./systemd.ts";
 
 /** The kubelet's systemd unit. */
 const KUBELET_UNIT = "kubelet.service";
+/** The state disk's key file after a rejoin: read-only for root, as the original's disk-mapper wrote it. */
+const DISK_KEY_FILE_MODE = 0o400;
 /** How long the init server lets calls in flight finish when it stops. */
 const SHUTDOWN_GRACE_MS = 5_000;
 
@@ -130,12 +132,15 @@ async function prepare(
       `unknown attestation variant "${flags.attestationVariant}"; known: ${knownVariants().join(", ")}`,
     );
   }
-  // Read once to check it, then forgotten: cryptsetup reads it itself.
-  (await readSecretFile(flags.stateDiskPassphraseFile, {
-    description: "first-boot passphrase",
-    minLength: 1,
-  }))
-    .fill(0);
+  // Read once to check it, then forgotten: cryptsetup reads it itself. After a reboot it is gone (/run is
+  // a tmpfs) until the rejoin writes the disk key there.
+  if (flags.command !== "rejoin") {
+    (await readSecretFile(flags.stateDiskPassphraseFile, {
+      description: "first-boot passphrase",
+      minLength: 1,
+    }))
+      .fill(0);
+  }
   const tpm: TpmConnection | undefined = flags.tpm === "none" ? undefined : { tcti: flags.tpm.tcti };
   const fileMarker = tpm ? undefined : new FileClusterMarker(filePcr15Path(flags.root));
   if (fileMarker) {
@@ -264,15 +269,16 @@ async function prepare(
   return { paths, logger, issuer, lock, disk, metadata, tickets, runDependencies };
 }
 
-/** `bootstrapper rejoin`: unlocks an initialized disk's key and re-binds PCR 15. */
+/** `bootstrapper rejoin`: writes an initialized disk's key where the image maps it from, re-binds PCR 15. */
 async function runRejoin(flags: BootstrapperFlags, node: Node, signal: AbortSignal): Promise<number> {
   const outcome = await rejoin({
     disk: node.disk,
     metadata: node.metadata,
     tickets: node.tickets,
-    readNodeState,
+    diskKeyFile: {
+      write: (key) => writeFileAtomic(flags.stateDiskPassphraseFile, key, { mode: DISK_KEY_FILE_MODE }),
+    },
     lock: node.lock,
-    nodeStatePath: node.paths.nodeState,
     logger: node.logger,
   }, {
     retryIntervalMs: flags.joinRetryIntervalMs,

@@ -3,18 +3,24 @@
  * initramfs disk-mapper): a node whose state disk is already initialized
  * asks a join service for a rejoin ticket for its disk UUID (attested,
  * `IssueRejoinTicket`), checks that the returned disk key opens the disk,
- * and re-binds PCR 15 to the cluster ID derived from the ticket's
- * measurement secret and the measurement salt of its node state file.
- * Afterwards the normal start path sees PCR 15 set and only starts the
- * kubelet. The lead wires it as `bootstrapper rejoin`.
+ * writes it to the key file the image's systemd-cryptsetup maps the state
+ * disk with (`/run/cryptsetup-keys.d/state.key`, as the original's
+ * disk-mapper), and re-binds PCR 15 to the cluster ID derived from the
+ * ticket's measurement secret and salt. Afterwards the normal start path
+ * sees PCR 15 set and only starts the kubelet. The lead wires it as
+ * `bootstrapper rejoin`.
+ *
+ * Nothing on the state disk is read: it is still closed (the original
+ * mapped and mounted it to read the salt from the node state; here the
+ * join service sends the salt with the ticket).
  *
  * Retries as the join client does (every 30 s, 30 s per call, this node's
  * own address excluded from the endpoints): an unreachable or refusing join
- * service, and a disk key that does not open the disk (a join service of
+ * service, a disk key that does not open the disk (a join service of
  * another cluster, see docs/attested-exchange.md §9 "Verifier
- * authenticity"), are logged and retried. Terminal: a missing or malformed
- * node state (the node never finished joining: wipe it), and a failed or
- * lost node lock.
+ * authenticity") and a ticket without a usable salt are logged and
+ * retried. Terminal: the key file not written, and a failed or lost node
+ * lock.
  *
  * @module
  */
@@ -30,9 +36,9 @@ import {
   DEFAULT_RETRY_INTERVAL_MS,
   JOIN_SERVICE_NODE_PORT,
   type Metadata,
-  type NodeRole,
 } from "./joinclient.ts";
 import { errorFields, retryUntilDone, systemTimers, type Timers, withDeadline } from "./retry.ts";
+import { MEASUREMENT_SALT_LENGTH } from "../init/protocol.ts";
 
 /** Where rejoin tickets come from (satisfied by `AttestedTicketSource`). */
 export interface RejoinTicketSource {
@@ -41,7 +47,7 @@ export interface RejoinTicketSource {
     endpoint: string,
     diskUuid: string,
     options?: TicketCallOptions,
-  ): Promise<Pick<IssueRejoinTicketResponse, "stateDiskKey" | "measurementSecret">>;
+  ): Promise<Pick<IssueRejoinTicketResponse, "stateDiskKey" | "measurementSecret" | "measurementSalt">>;
 }
 
 /** The state disk (satisfied by `LuksStateDisk`). */
@@ -54,8 +60,11 @@ export interface RejoinDisk {
   testPassphrase(key: Uint8Array, options?: { signal?: AbortSignal }): Promise<boolean>;
 }
 
-/** Reads the node state file (helper O's `readNodeState`). */
-export type ReadNodeState = (path: string) => Promise<{ role: NodeRole; measurementSalt: Uint8Array }>;
+/** The file the image's systemd-cryptsetup reads the state disk's key from. */
+export interface DiskKeyFile {
+  /** Writes `key` (a secret) atomically, readable by its owner only. */
+  write(key: Uint8Array): Promise<void>;
+}
 
 /** What a rejoin needs. */
 export interface RejoinDependencies {
@@ -65,12 +74,10 @@ export interface RejoinDependencies {
   metadata: Metadata;
   /** Requests tickets from join services. */
   tickets: RejoinTicketSource;
-  /** Reads the node state file. */
-  readNodeState: ReadNodeState;
+  /** Where the disk key goes once it is known to open the disk. */
+  diskKeyFile: DiskKeyFile;
   /** The node lock; taking it extends PCR 15 with the cluster ID. */
   lock: NodeLockLike;
-  /** The node state file (`NodePaths.nodeState`). */
-  nodeStatePath: string;
   /** Structured log; never receives a secret. */
   logger: Logger;
   /** Delays and deadlines; default real time. */
@@ -93,13 +100,14 @@ export interface RejoinOptions {
 export type RejoinOutcome =
   /** The disk is not initialized: a fresh node, nothing to rejoin. */
   | { status: "not-initialized" }
-  /** PCR 15 is bound again. `stateDiskKey` opens the disk: a secret, never log it. */
-  | { status: "rebound"; clusterId: Uint8Array; role: NodeRole; stateDiskKey: Uint8Array; endpoint: string }
+  /** PCR 15 is bound again, and the disk key is in the key file. */
+  | { status: "rebound"; clusterId: Uint8Array; endpoint: string }
   /** Aborted. */
   | { status: "stopped" };
 
 /** Why a rejoin ended without binding the node. */
-export class RejoinError extends ReasonError<"node-state" | "lock-held" | "lock-failed" | "wrong-disk-key"> {}
+export class RejoinError
+  extends ReasonError<"key-file" | "lock-held" | "lock-failed" | "wrong-disk-key" | "malformed-ticket"> {}
 
 /**
  * Rejoins the node if its state disk is initialized. Resolves when PCR 15
@@ -127,18 +135,6 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
       logger.info("state disk not initialized: nothing to rejoin");
       return { status: "not-initialized" };
     }
-    let state: { role: NodeRole; measurementSalt: Uint8Array };
-    try {
-      state = await deps.readNodeState(deps.nodeStatePath);
-    } catch (error) {
-      throw new RejoinError(
-        "node-state",
-        `the state disk is initialized but the node state cannot be read (the node never finished joining; wipe it): ${
-          error instanceof Error ? error.message : String(error)
-        }`,
-        { cause: error },
-      );
-    }
     const diskUuid = await retry(
       "reading the state disk UUID",
       (s) => deadline("reading the state disk UUID", s, (d) => disk.uuid({ signal: d })),
@@ -147,7 +143,7 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
       "reading this node's metadata",
       (s) => deadline("metadata self", s, (d) => deps.metadata.self({ signal: d, timeoutMs: callTimeoutMs })),
     );
-    logger.info("rejoining", { diskUuid, role: state.role });
+    logger.info("rejoining", { diskUuid });
 
     const round = async (s: AbortSignal | undefined) => {
       const peers = await deadline(
@@ -175,6 +171,13 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
               "the rejoin ticket's disk key does not open the state disk",
             );
           }
+          if (ticket.measurementSalt.length !== MEASUREMENT_SALT_LENGTH) {
+            // An empty salt: a join service older than this node's image.
+            throw new RejoinError(
+              "malformed-ticket",
+              `the rejoin ticket's measurement salt has ${ticket.measurementSalt.length} bytes, want ${MEASUREMENT_SALT_LENGTH}`,
+            );
+          }
           return { ticket, endpoint };
         } catch (error) {
           s?.throwIfAborted();
@@ -185,7 +188,14 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
     };
     const { ticket, endpoint } = await retry("rejoin round", round);
 
-    const clusterId = await deriveClusterId(ticket.measurementSecret, state.measurementSalt);
+    try {
+      await deps.diskKeyFile.write(ticket.stateDiskKey);
+    } catch (error) {
+      throw new RejoinError("key-file", `writing the state disk's key file: ${errorFields(error).error}`, {
+        cause: error,
+      });
+    }
+    const clusterId = await deriveClusterId(ticket.measurementSecret, ticket.measurementSalt);
     let locked: boolean;
     try {
       locked = await deps.lock.tryLock(clusterId);
@@ -194,7 +204,7 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
     }
     if (!locked) throw new RejoinError("lock-held", "the node lock is already taken");
     logger.info("rejoined: PCR 15 bound to the cluster again", { clusterId: clusterId.toHex(), endpoint });
-    return { status: "rebound", clusterId, role: state.role, stateDiskKey: ticket.stateDiskKey, endpoint };
+    return { status: "rebound", clusterId, endpoint };
   } catch (error) {
     if (signal?.aborted && !(error instanceof RejoinError)) {
       logger.info("rejoin stopped");

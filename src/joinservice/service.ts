@@ -364,7 +364,7 @@ export class JoinService {
     }
   }
 
-  /** Steps 1–7 of a rejoin ticket: the state disk key and the measurement secret, nothing else. */
+  /** Steps 1–7 of a rejoin ticket: the state disk key, the measurement secret and salt, nothing else. */
   async issueRejoin(
     request: IssueRejoinTicketRequest,
     decision: Decision,
@@ -382,7 +382,11 @@ export class JoinService {
       this.#measurementSecret.get(options),
       this.#stateDiskKey(request.diskUuid, options),
     ]);
-    const ticket = create(IssueRejoinTicketResponseSchema, { stateDiskKey, measurementSecret });
+    const ticket = create(IssueRejoinTicketResponseSchema, {
+      stateDiskKey,
+      measurementSecret,
+      measurementSalt: this.#deps.measurementSalt,
+    });
     const sealed = await timed(
       "sealing ticket",
       undefined,

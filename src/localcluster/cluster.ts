@@ -40,6 +40,7 @@ import {
   imageMeasurements,
   type NodeFiles,
   prepareNode,
+  rebootNode,
   REPO_ROOT,
 } from "./node.ts";
 import { nextPhase, type NodePhase, type PhaseState } from "./phase.ts";
@@ -762,7 +763,7 @@ class Cluster implements LocalCluster {
         record.bootstrapper = undefined;
         await record.tpm.stop();
         cluster.#untrack(record.tpm.pid);
-        record.tpm = await bootNodeTpm(record.files, { tamperPcr4: record.tamperPcr4 });
+        record.tpm = await rebootNode(record.files, { tamperPcr4: record.tamperPcr4 });
         cluster.#track(`${record.name}/swtpm`, record.tpm.pid);
         record.status.phase = "starting";
         delete record.status.reason;

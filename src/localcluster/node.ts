@@ -10,6 +10,8 @@
  * @module
  */
 import { readPcrs } from "../attestation/tpm/pcr.ts";
+import { nodePaths } from "../bootstrapper/node_paths.ts";
+import { removeIfExists } from "../fs/atomic_write.ts";
 import { runLoadingTpmTool } from "../attestation/tpm/tools.ts";
 import { runTool, stderrExcerpt } from "../os/run_tool.ts";
 import { startSwtpm, type Swtpm } from "./swtpm.ts";
@@ -144,6 +146,17 @@ export async function bootNodeTpm(node: NodeFiles, options: { tamperPcr4?: boole
   for (const pcr of BOOT_PCRS) await measure(pcr, `boot component measured into PCR ${pcr}`);
   if (options.tamperPcr4) await measure(4, "a kernel the cluster does not expect");
   return tpm;
+}
+
+/**
+ * Boots the node again after its old swtpm stopped: `/run` is a tmpfs, so
+ * the state disk's key file is gone (the rejoin writes it back; the node's
+ * `run/state` stands for the state disk and keeps its files), and the TPM
+ * starts anew on its kept state ({@linkcode bootNodeTpm}).
+ */
+export async function rebootNode(node: NodeFiles, options: { tamperPcr4?: boolean } = {}): Promise<Swtpm> {
+  await removeIfExists(nodePaths(node.root).initialPassphrase);
+  return await bootNodeTpm(node, options);
 }
 
 /** The image's measurements: PCRs {@linkcode BOOT_PCRS} and 15 (zero until bound) of a freshly booted node. */

@@ -285,13 +285,18 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
     });
 
     await t.step(
-      "rejoin after a reboot: the disk opens with the cluster's key and PCR 15 is bound again",
+      "rejoin after a reboot: the disk's key file is back, PCR 15 is bound again",
       async () => {
         await worker.reboot();
         assert.equal((await worker.pcr15()).toHex(), "00".repeat(32), "a reboot resets PCR 15");
+        const keyFile = nodePaths(worker.root).initialPassphrase;
+        await assert.rejects(Deno.stat(keyFile), Deno.errors.NotFound, "a reboot empties /run");
         const rejoin = await worker.run(["rejoin", ...joinFlags]);
         assert.equal(rejoin.code, 0, rejoin.stderrLines.slice(-5).join("\n"));
         assert.match(rejoin.stderrLines.join("\n"), /rejoined/);
+        // The key the image's systemd-cryptsetup maps the state disk with: the cluster's, and it opens it.
+        const key = await Deno.readFile(keyFile);
+        assert.ok(await diskOpensWith(worker.disk, key));
         assert.equal((await worker.pcr15()).toHex(), await extended(new Uint8Array(32), clusterId));
         // The normal start then sees a bound node: it starts the kubelet and serves nothing.
         const start = await worker.run(joinFlags);

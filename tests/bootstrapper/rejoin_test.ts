@@ -17,11 +17,15 @@ const peers: InstanceMetadata[] = [
   { name: "cp-2", providerId: "", role: "ControlPlane", vpcIp: "10.0.0.3" },
 ];
 
+type Ticket = { stateDiskKey: Uint8Array; measurementSecret: Uint8Array; measurementSalt: Uint8Array };
+const TICKET: Ticket = { stateDiskKey: DISK_KEY, measurementSecret: SECRET, measurementSalt: SALT };
+
 interface Options {
   initialized?: boolean;
   /** Answers per call index; default the right keys. */
-  ticket?: (index: number) => Promise<{ stateDiskKey: Uint8Array; measurementSecret: Uint8Array }>;
-  nodeState?: () => Promise<{ role: "ControlPlane" | "Worker"; measurementSalt: Uint8Array }>;
+  ticket?: (index: number) => Promise<Ticket>;
+  /** The key file's write fails with this message. */
+  keyFileFails?: string;
   peers?: () => Promise<InstanceMetadata[]>;
 }
 
@@ -30,6 +34,7 @@ function setup(options: Options = {}) {
   const log = recordingLogger();
   const endpoints: string[] = [];
   const locks: Uint8Array[] = [];
+  const keyFile: Uint8Array[] = [];
   const deps: RejoinDependencies = {
     disk: {
       isInitialized: () => Promise.resolve(options.initialized ?? true),
@@ -41,23 +46,26 @@ function setup(options: Options = {}) {
       rejoinTicket: (endpoint, diskUuid) => {
         assert.equal(diskUuid, DISK_UUID);
         endpoints.push(endpoint);
-        return options.ticket?.(endpoints.length - 1) ??
-          Promise.resolve({ stateDiskKey: DISK_KEY, measurementSecret: SECRET });
+        return options.ticket?.(endpoints.length - 1) ?? Promise.resolve(TICKET);
       },
     },
-    readNodeState: options.nodeState ??
-      (() => Promise.resolve({ role: "ControlPlane", measurementSalt: SALT })),
+    diskKeyFile: {
+      write: (key) => {
+        if (options.keyFileFails) return Promise.reject(new Error(options.keyFileFails));
+        keyFile.push(key);
+        return Promise.resolve();
+      },
+    },
     lock: {
       tryLock: (clusterId) => {
         locks.push(clusterId);
         return Promise.resolve(locks.length === 1);
       },
     },
-    nodeStatePath: "/run/state/constellation/node_state.json",
     logger: log.logger,
     timers,
   };
-  return { deps, timers, log, endpoints, locks };
+  return { deps, timers, log, endpoints, locks, keyFile };
 }
 
 Deno.test("rejoin", async (t) => {
@@ -70,10 +78,11 @@ Deno.test("rejoin", async (t) => {
         assert.deepEqual(await rejoin(s.deps), { status: "not-initialized" });
         assert.deepEqual(s.endpoints, []);
         assert.deepEqual(s.locks, []);
+        assert.deepEqual(s.keyFile, []);
       },
     },
     {
-      name: "refused, then a wrong disk key, then the right one: PCR 15 bound to the derived cluster ID",
+      name: "refused, a wrong disk key, then the right one: key file written, PCR 15 bound to the cluster ID",
       run: async () => {
         const refusal = new TicketError("10.0.0.2:30090", "unreachable", "connection refused");
         const s = setup({
@@ -81,17 +90,12 @@ Deno.test("rejoin", async (t) => {
             index === 0
               ? Promise.reject(refusal)
               : index === 1
-              ? Promise.resolve({ stateDiskKey: new Uint8Array(32), measurementSecret: SECRET })
-              : Promise.resolve({ stateDiskKey: DISK_KEY, measurementSecret: SECRET }),
+              ? Promise.resolve({ ...TICKET, stateDiskKey: new Uint8Array(32) })
+              : Promise.resolve(TICKET),
         });
         const outcome = await drive(rejoin(s.deps, { retryIntervalMs: INTERVAL }), s.timers, INTERVAL);
-        assert.deepEqual(outcome, {
-          status: "rebound",
-          clusterId,
-          role: "ControlPlane",
-          stateDiskKey: DISK_KEY,
-          endpoint: "10.0.0.2:30090",
-        });
+        assert.deepEqual(outcome, { status: "rebound", clusterId, endpoint: "10.0.0.2:30090" });
+        assert.deepEqual(s.keyFile, [DISK_KEY], "only the key that opens the disk");
         assert.deepEqual(
           s.endpoints,
           ["10.0.0.2:30090", "10.0.0.3:30090", "10.0.0.2:30090"],
@@ -108,14 +112,31 @@ Deno.test("rejoin", async (t) => {
       },
     },
     {
-      name: "no node state: terminal, wipe needed, no ticket requested",
+      name: "a ticket without a salt (a join service older than the node) is not used: the next one is",
       run: async () => {
-        const s = setup({ nodeState: () => Promise.reject(new Error("node_state.json: not found")) });
+        const s = setup({
+          ticket: (index) =>
+            Promise.resolve(index === 0 ? { ...TICKET, measurementSalt: new Uint8Array() } : TICKET),
+        });
+        const outcome = await rejoin(s.deps, { retryIntervalMs: INTERVAL });
+        assert.deepEqual(outcome, { status: "rebound", clusterId, endpoint: "10.0.0.3:30090" });
+        const warned = s.log.entries().filter((e) =>
+          e.msg === "rejoin ticket refused, unreachable or unusable"
+        );
+        assert.deepEqual(warned.map((e) => [e.endpoint, e.reason]), [["10.0.0.2:30090", "malformed-ticket"]]);
+        assert.match(String(warned[0].error), /measurement salt has 0 bytes, want 32/);
+        assert.deepEqual(s.keyFile, [DISK_KEY]);
+      },
+    },
+    {
+      name: "the key file cannot be written: terminal, PCR 15 not bound",
+      run: async () => {
+        const s = setup({ keyFileFails: "read-only file system" });
         const error = await rejoin(s.deps).then(() => assert.fail("rejoined"), (e) => e);
         assert.ok(error instanceof RejoinError);
-        assert.equal(error.reason, "node-state");
-        assert.match(error.message, /wipe it/);
-        assert.deepEqual(s.endpoints, []);
+        assert.equal(error.reason, "key-file");
+        assert.equal(error.message, "writing the state disk's key file: read-only file system");
+        assert.deepEqual(s.locks, []);
       },
     },
     {

@@ -216,11 +216,16 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       }
     });
 
-    await step("a rebooted worker rejoins: PCR 15 is bound to the cluster again", async () => {
+    await step("a rebooted worker rejoins: its disk's key file is back, PCR 15 is bound again", async () => {
       const worker = cluster.node("worker-0");
       const { rejoin, boot } = await worker.reboot();
       assert.equal(rejoin.code, 0, rejoin.stderrLines.slice(-5).join("\n"));
       assert.match(rejoin.stderrLines.join("\n"), /rejoined/);
+      // The reboot emptied /run; the rejoin wrote the key the image maps the state disk with.
+      const keyFile = nodePaths(worker.files.root).initialPassphrase;
+      const diskKey = await deriveStateDiskKey(kms, await diskUuid(worker.files.disk));
+      assert.deepEqual(await Deno.readFile(keyFile), diskKey);
+      assert.equal((await Deno.stat(keyFile)).mode! & 0o777, 0o400);
       assert.equal((await worker.pcr15()).toHex(), await extended(new Uint8Array(32), clusterId));
       assert.equal(boot.code, 0, boot.stderrLines.slice(-5).join("\n"));
       assert.match(boot.stderrLines.join("\n"), /bound to a cluster/);

@@ -296,7 +296,7 @@ Deno.test("the join service process issues complete tickets and accounts for eve
     },
   );
 
-  await t.step("rejoin: the derived keys, and nothing written to the API server", async () => {
+  await t.step("rejoin: the derived keys and the salt, and nothing written to the API server", async () => {
     const diskUuid = crypto.randomUUID();
     const requests = cluster.apiServer.requests.length;
     const rejoin = await cluster.requestRejoinTicket(diskUuid);
@@ -305,6 +305,7 @@ Deno.test("the join service process issues complete tickets and accounts for eve
     const expected = await cluster.expectedKeys(diskUuid);
     assert.deepEqual(rejoin.stateDiskKey, expected.stateDiskKey);
     assert.deepEqual(rejoin.measurementSecret, expected.measurementSecret);
+    assert.deepEqual(rejoin.measurementSalt, cluster.measurementSalt);
     assert.deepEqual(cluster.apiServer.requests.slice(requests), []);
   });
 

@@ -12,6 +12,7 @@ import {
   kubeadmTimes,
   type NodeFiles,
   prepareNode,
+  rebootNode,
   systemctlCalls,
 } from "../../src/localcluster/node.ts";
 import type { Swtpm } from "../../src/localcluster/swtpm.ts";
@@ -82,7 +83,7 @@ export async function createBootstrapNode(options: BootstrapNodeOptions): Promis
     systemctlCalls: () => systemctlCalls(files),
     async reboot() {
       await tpm.stop();
-      tpm = await bootNodeTpm(files, options);
+      tpm = await rebootNode(files, options);
     },
     async [Symbol.asyncDispose]() {
       for (const process of processes) await process.stop("SIGKILL").catch(() => {});
