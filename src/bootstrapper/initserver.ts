@@ -31,7 +31,8 @@
  *  7. `onLocked()` (stops the join client; also when marking the node
  *     failed, which ends the Init and this boot);
  *  8. the state disk's passphrase becomes the derived disk key;
- *  9. the node state file (ControlPlane, the salt);
+ *  9. the node state file (ControlPlane, the salt; removed again when a
+ *     later step fails);
  * 10. {@linkcode ClusterInitializer.initialize} → the admin kubeconfig;
  * 11. `InitSuccessResponse` sealed to the client's key.
  *
@@ -115,6 +116,8 @@ export interface InitNodeState {
 export interface NodeStateWriter {
   /** Writes `state` atomically. */
   write(state: InitNodeState, options?: SignalOptions): Promise<void>;
+  /** Removes it (after a failure past the lock: a bound node without one is not set up); absent is fine. */
+  remove(): Promise<void>;
 }
 
 /** What the cluster is initialized with (the opened request, checked). */
@@ -633,6 +636,9 @@ export class InitServer {
       return sealed;
     } catch (error) {
       if (locked || this.#phase === "failed") {
+        await this.#deps.nodeState.remove().catch((removeError) =>
+          this.#deps.logger.warn("removing the node state failed", { error: removeError })
+        );
         const rejection = asRejection(error);
         this.#phase = "failed";
         this.#failure = rejection.message;

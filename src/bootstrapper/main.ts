@@ -51,7 +51,7 @@ import { Kubeadm } from "./kubeadm.ts";
 import { JournalLogs } from "./logs.ts";
 import { type ClusterMarker, NodeLock } from "./nodelock.ts";
 import { type NodePaths, nodePaths } from "./node_paths.ts";
-import { writeNodeState } from "./node_state.ts";
+import { readNodeState, writeNodeState } from "./node_state.ts";
 import { isNodeBound, TpmClusterMarker } from "./pcr15.ts";
 import { rejoin } from "./rejoin.ts";
 import {
@@ -189,6 +189,7 @@ async function prepare(
   const runDependencies: RunDependencies = {
     logger,
     binding,
+    nodeState: { check: () => readNodeState(paths.nodeState).then(() => {}) },
     kubelet,
     startInitServer: async (hooks) => {
       const initServer = new InitServer({
@@ -197,7 +198,10 @@ async function prepare(
         lock,
         onLocked: hooks.onLocked,
         disk,
-        nodeState: { write: (state, o) => writeNodeState(paths.nodeState, state, o) },
+        nodeState: {
+          write: (state, o) => writeNodeState(paths.nodeState, state, o),
+          remove: () => removeIfExists(paths.nodeState).then(() => {}),
+        },
         cluster: new KubeadmClusterInitializer({ kubeadm, metadata, paths, components, logger }),
         logs,
         clock: systemClock,

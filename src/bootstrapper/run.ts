@@ -1,6 +1,8 @@
 /**
  * The bootstrapper's main control flow (reference §2.3 with DESIGN §4's
- * fixes): a node already bound to a cluster starts its kubelet and is done;
+ * fixes): a node already bound to a cluster starts its kubelet and is done
+ * (if its node state is there: a bound node without one failed after the
+ * lock, and a restart must not report it done);
  * any other node serves the init server and runs the join client at once,
  * and the first to take the node lock stops the other.
  *
@@ -18,6 +20,12 @@ export interface SignalOptions {
 export interface ClusterBinding {
   /** True when the node is bound to a cluster (PCR 15 not zero). Rejects when PCR 15 cannot be read. */
   isBound(options?: SignalOptions): Promise<boolean>;
+}
+
+/** The node state file: written by an init or join before kubeadm, removed again when it fails past the lock. */
+export interface NodeStateFile {
+  /** Resolves when the file is there and well-formed; rejects naming what is wrong. */
+  check(options?: SignalOptions): Promise<void>;
 }
 
 /** Starts the kubelet (through systemd). */
@@ -47,6 +55,8 @@ export interface LockHooks {
 export interface RunDependencies {
   /** Whether the node is already bound to a cluster. */
   binding: ClusterBinding;
+  /** What a bound node's init or join left: the node state. */
+  nodeState: NodeStateFile;
   /** Starts the kubelet of a bound node. */
   kubelet: KubeletStarter;
   /** Starts the init server; resolves once it listens. */
@@ -74,6 +84,13 @@ export const EXIT_FAILURE = 1;
 export async function runBootstrapper(deps: RunDependencies, options: SignalOptions = {}): Promise<number> {
   const { logger } = deps;
   if (await deps.binding.isBound(options)) {
+    try {
+      await deps.nodeState.check(options);
+    } catch (error) {
+      // Bound in this boot by an init or join that failed after the lock (the process was restarted), or
+      // bound again after a reboot although the join never finished: starting a kubelet would hide that.
+      return fail(logger, { ok: false, error: error as Error }, "node is bound to a cluster but not set up");
+    }
     logger.info("node is bound to a cluster (PCR 15 set): starting the kubelet");
     await deps.kubelet.startKubelet(options);
     logger.info("kubelet started; bootstrapper done");

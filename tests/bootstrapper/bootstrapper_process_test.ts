@@ -234,7 +234,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
     });
 
     await t.step(
-      "kubeadm join failing three times is terminal: exit 1, said last, no secret file left",
+      "kubeadm join failing three times is terminal: exit 1, said last, no secret file left, and so on restart",
       async () => {
         const node = await addNode("worker-2", "Worker");
         await injectFailures(new SimRoot(node.root), {
@@ -247,6 +247,14 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
         for (const file of [paths.kubeletKey, paths.kubeletCert, paths.nodeState]) {
           await assert.rejects(Deno.stat(file), Deno.errors.NotFound, `${file} removed`);
         }
+        // Restarted as systemd's Restart=on-failure does: PCR 15 is set, but the node is not set up.
+        const restart = await node.run(joinFlags);
+        assert.equal(restart.code, 1, restart.stderrLines.slice(-3).join("\n"));
+        assert.match(
+          restart.stderrLines.at(-1)!,
+          /node is bound to a cluster but not set up: .*wipe the node/,
+        );
+        assert.deepEqual(await node.systemctlCalls(), [], "no kubelet started");
       },
     );
 

@@ -140,7 +140,7 @@ Deno.test("init server", async (t) => {
   );
 
   await t.step(
-    "kubeadm failure: the error then the logs, on every attempt; terminal for this boot",
+    "kubeadm failure: the error then the logs, on every attempt; terminal for this boot; node state removed",
     async () => {
       const w = world({ clusterFails: "kubeadm init: exit status 1: preflight failed" });
       const first = await refused(w);
@@ -162,6 +162,8 @@ Deno.test("init server", async (t) => {
       );
       assert.equal(decoder.decode(second.logs), FAKE_NODE_LOGS);
       assert.equal(w.calls.filter((c) => c.startsWith("lock")).length, 1);
+      // A restarted bootstrapper must not take the bound node for a set-up one.
+      assert.deepEqual(w.calls.slice(-2), ["initialize test-cluster", "node state removed"]);
     },
   );
 
@@ -172,13 +174,13 @@ Deno.test("init server", async (t) => {
     assert.equal(error.serverMessage, "locking node: tpm2_pcrevent: exit status 1");
     assert.equal(w.server.phase, "failed");
     // The bootstrapper learns that this side took the lock (a half-marked node joins nothing either).
-    assert.deepEqual(w.calls, ["onLocked"]);
+    assert.deepEqual(w.calls, ["onLocked", "node state removed"]);
     assert.deepEqual(await w.server.outcome, {
       ok: false,
       error: "locking node: tpm2_pcrevent: exit status 1",
     });
     assert.equal((await refused(w)).code, Code.FailedPrecondition);
-    assert.deepEqual(w.calls, ["onLocked"]);
+    assert.deepEqual(w.calls, ["onLocked", "node state removed"]);
   });
 
   await t.step("log chunking: the logs arrive in chunks of the configured size", async () => {

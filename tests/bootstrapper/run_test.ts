@@ -20,13 +20,23 @@ interface World {
   logs: { level: string; msg: string }[];
 }
 
-function world(options: { bound?: boolean; init?: Script; join?: Script } = {}): World {
+function world(
+  options: { bound?: boolean; nodeStateMissing?: boolean; init?: Script; join?: Script } = {},
+): World {
   const events: string[] = [];
   const logs: { level: string; msg: string }[] = [];
   const logger = createLogger({ level: "debug", write: (line) => logs.push(JSON.parse(line)) });
   const deps: RunDependencies = {
     logger,
     binding: { isBound: () => Promise.resolve(options.bound ?? false) },
+    nodeState: {
+      check: () =>
+        options.nodeStateMissing
+          ? Promise.reject(
+            new Error("node state file /run/state/constellation/node_state.json does not exist"),
+          )
+          : Promise.resolve(),
+    },
     kubelet: {
       startKubelet: () => {
         events.push("kubelet started");
@@ -94,6 +104,15 @@ Deno.test("the bootstrapper's control flow", async (t) => {
       wantExit: 0,
       wantEvents: ["kubelet started"],
       wantLastLog: /bootstrapper done/,
+    },
+    {
+      name:
+        "a bound node without its node state (restarted after a failure past the lock): exit 1, no kubelet",
+      world: { bound: true, nodeStateMissing: true },
+      wantExit: EXIT_FAILURE,
+      wantEvents: [],
+      wantLastLog:
+        /node is bound to a cluster but not set up: node state file .* does not exist; .*wipe the node/,
     },
     {
       name: "init takes the lock: the join client stops, then the server once Init is done",

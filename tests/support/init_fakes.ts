@@ -98,7 +98,10 @@ export interface InitFakeOverrides extends Partial<InitServerDependencies> {
 export interface InitWorld {
   server: InitServer;
   deps: InitServerDependencies;
-  /** Effects in order: "lock <hex>", "onLocked", "disk uuid", "passphrase <hex>", "node state <role> <hex>", "initialize <clusterName>". */
+  /**
+   * Effects in order: "lock <hex>", "onLocked", "disk uuid", "passphrase <hex>", "node state <role> <hex>",
+   * "initialize <clusterName>", and "node state removed" after a failure past the lock.
+   */
   calls: string[];
   /** The parameters the cluster initializer got. */
   initialized: Parameters<InitServerDependencies["cluster"]["initialize"]>[0][];
@@ -144,6 +147,10 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
     nodeState: {
       write: (state) => {
         calls.push(`node state ${state.role} ${state.measurementSalt.toHex()}`);
+        return Promise.resolve();
+      },
+      remove: () => {
+        calls.push("node state removed");
         return Promise.resolve();
       },
     },
