@@ -51,6 +51,7 @@ import { parseAttestationConfig } from "../attestation/config.ts";
 import { connectCodeFor, type ExchangeFailure } from "../atls/errors.ts";
 import { generateKeyPair, type HpkeKeyPair } from "../atls/hpke.ts";
 import type { Clock } from "../clock.ts";
+import type { Sealed } from "../gen/atls/v1/atls_pb.ts";
 import {
   API,
   type GetAttestationRequest,
@@ -77,6 +78,7 @@ import { type MasterSecret, parseKmsUri, parseStorageUri } from "../kms/uri.ts";
 import { PoolFullError, WorkPool } from "../limits/pool.ts";
 import type { Logger } from "../log/logger.ts";
 import { asRejection, type CommonReason, Rejection, toConnectError } from "../rpc/rejection.ts";
+import { DeadlineError, systemTimers, type Timers, withDeadline } from "./retry.ts";
 
 /** Options of every call that can wait. */
 export interface SignalOptions {
@@ -178,6 +180,8 @@ export interface InitServerDependencies {
   logs: LogSource;
   /** Time, for attestation key expiry. */
   clock: Clock;
+  /** The deadline of the work past the lock; default real time. */
+  timers?: Timers;
   /** Where the server logs (never a secret). */
   logger: Logger;
 }
@@ -194,6 +198,8 @@ export const SHOW_ATTESTATION_CONCURRENCY = 1;
 export const SHOW_ATTESTATION_QUEUE = 4;
 /** Cluster name when the request leaves it empty. */
 export const DEFAULT_CLUSTER_NAME = "constellation";
+/** How long the work past the lock may take (the CLI's --init-timeout default): then it fails, terminally. */
+export const DEFAULT_INIT_TIMEOUT_MS = 30 * 60_000;
 
 /** Options for {@linkcode InitServer}. */
 export interface InitServerOptions {
@@ -203,6 +209,8 @@ export interface InitServerOptions {
   maxAttestationKeys?: number;
   /** Default {@linkcode DEFAULT_LOG_CHUNK_BYTES}. */
   logChunkBytes?: number;
+  /** Default {@linkcode DEFAULT_INIT_TIMEOUT_MS}. */
+  initTimeoutMs?: number;
 }
 
 /** The init server's own refusal reasons. */
@@ -356,6 +364,7 @@ export class InitServer {
   readonly #keys: AttestationKeys;
   readonly #logChunkBytes: number;
   readonly #lifetime = new AbortController();
+  readonly #initTimeoutMs: number;
   /** Bounds the browser listener's attestations. */
   readonly #shows = new WorkPool({
     concurrency: SHOW_ATTESTATION_CONCURRENCY,
@@ -379,6 +388,7 @@ export class InitServer {
     );
     this.#logChunkBytes = options.logChunkBytes ?? DEFAULT_LOG_CHUNK_BYTES;
     if (!(this.#logChunkBytes > 0)) throw new RangeError("logChunkBytes must be positive");
+    this.#initTimeoutMs = options.initTimeoutMs ?? DEFAULT_INIT_TIMEOUT_MS;
   }
 
   /** Where this node stands. */
@@ -599,38 +609,19 @@ export class InitServer {
       measurementSecret.fill(0);
 
       locked = await this.#lock(clusterId);
-      // Past the lock the work is the node's, not the caller's: it runs to its end.
-      const signal = this.#lifetime.signal;
-      const deps = this.#deps;
-
-      await step("disk-failed", "setting up disk", async () => {
-        const uuid = await deps.disk.uuid({ signal });
-        const diskKey = await deriveStateDiskKey(kms, uuid);
-        try {
-          await deps.disk.changePassphrase(diskKey, { signal });
-        } finally {
-          diskKey.fill(0);
-        }
+      // Past the lock the work is the node's, not the caller's: it runs to its end, or its deadline (a
+      // component server that never answers must not hold the node forever).
+      const sealed = await withDeadline(
+        this.#deps.timers ?? systemTimers,
+        "initializing the node",
+        this.#initTimeoutMs,
+        this.#lifetime.signal,
+        (signal) => this.#afterLock(opened, checked, kms, clusterId, signal),
+      ).catch((error) => {
+        throw error instanceof DeadlineError
+          ? rejectInit("deadline", error.message, { cause: error })
+          : error;
       });
-      deps.logger.info("state disk set up");
-      await step(
-        "node-state-failed",
-        "persisting node state",
-        () =>
-          deps.nodeState.write({ role: "ControlPlane", measurementSalt: checked.measurementSalt }, {
-            signal,
-          }),
-      );
-      const { kubeconfig } = await step(
-        "cluster-init-failed",
-        "initializing cluster",
-        () => deps.cluster.initialize({ ...checked, clusterId }, { signal }),
-      );
-      const sealed = await step(
-        "seal-failed",
-        "sealing the result",
-        () => sealInitSuccess({ kubeconfig, clusterId }, request.clientPublicKey, opened.reportData),
-      );
       this.#phase = "initialized";
       this.#settled = { ok: true, clusterId };
       return sealed;
@@ -648,6 +639,48 @@ export class InitServer {
       }
       throw error;
     }
+  }
+
+  /** Steps 8-11, under the deadline's `signal`; resolves with the sealed success. */
+  async #afterLock(
+    opened: OpenedRequest,
+    checked: Omit<ClusterInitParameters, "clusterId">,
+    kms: ClusterKms,
+    clusterId: Uint8Array,
+    signal: AbortSignal,
+  ): Promise<Sealed> {
+    const { request } = opened;
+    const deps = this.#deps;
+
+    await step("disk-failed", "setting up disk", async () => {
+      const uuid = await deps.disk.uuid({ signal });
+      const diskKey = await deriveStateDiskKey(kms, uuid);
+      try {
+        await deps.disk.changePassphrase(diskKey, { signal });
+      } finally {
+        diskKey.fill(0);
+      }
+    });
+    deps.logger.info("state disk set up");
+    await step(
+      "node-state-failed",
+      "persisting node state",
+      () =>
+        deps.nodeState.write({ role: "ControlPlane", measurementSalt: checked.measurementSalt }, {
+          signal,
+        }),
+    );
+    const { kubeconfig } = await step(
+      "cluster-init-failed",
+      "initializing cluster",
+      () => deps.cluster.initialize({ ...checked, clusterId }, { signal }),
+    );
+    const sealed = await step(
+      "seal-failed",
+      "sealing the result",
+      () => sealInitSuccess({ kubeconfig, clusterId }, request.clientPublicKey, opened.reportData),
+    );
+    return sealed;
   }
 
   /** Step 2: bcrypt against the metadata's hash (fetched once successfully, then kept). */
@@ -715,7 +748,7 @@ export class InitServer {
   }
 
   /** Step 4: everything checkable before the lock. */
-  async #checkParameters(opened: OpenedRequest) {
+  async #checkParameters(opened: OpenedRequest): Promise<Omit<ClusterInitParameters, "clusterId">> {
     const { request } = opened;
     const invalid = (message: string, cause?: unknown) =>
       rejectInit("invalid-parameters", message, { cause });

@@ -183,6 +183,36 @@ Deno.test("init server", async (t) => {
     assert.deepEqual(w.calls, ["onLocked", "node state removed"]);
   });
 
+  await t.step(
+    "the work past the lock has a deadline: DeadlineExceeded, terminal, the initializer cancelled",
+    async () => {
+      let cancelled = false;
+      const w = world({
+        options: { initTimeoutMs: 30 },
+        // A kubeadm (or a component server) that never answers.
+        cluster: {
+          initialize: (_params, options) =>
+            new Promise((_resolve, reject) =>
+              options?.signal?.addEventListener("abort", () => {
+                cancelled = true;
+                reject(options.signal!.reason);
+              })
+            ),
+        },
+      });
+      const error = await refused(w);
+      assert.equal(error.code, Code.DeadlineExceeded);
+      assert.equal(error.serverMessage, "initializing the node: no answer within 30 ms");
+      assert.ok(cancelled, "the initializer's signal aborted");
+      assert.deepEqual(await w.server.outcome, {
+        ok: false,
+        error: "initializing the node: no answer within 30 ms",
+      });
+      assert.equal(w.calls.at(-1), "node state removed");
+      assert.equal((await refused(w)).code, Code.FailedPrecondition);
+    },
+  );
+
   await t.step("log chunking: the logs arrive in chunks of the configured size", async () => {
     const logs = "x".repeat(25);
     const w = world({ clusterFails: "boom", nodeLogs: logs, options: { logChunkBytes: 10 } });
