@@ -4,12 +4,14 @@
  * that read it see the same cluster binding, but nothing measures it. A
  * development aid only; it binds nothing.
  *
- * The file lives under the node's root in `/run` (a tmpfs on a real node),
- * so like a PCR it is gone after a reboot.
+ * The file lives under the node's root in `/run/state`: on a real node that
+ * is the state disk, so unlike a PCR it survives a reboot there. It is
+ * replaced atomically, so a crash
+ * never leaves a short value that every later start would refuse.
  *
  * @module
  */
-import { dirname } from "node:path";
+import { writeFileAtomic } from "../fs/atomic_write.ts";
 
 const SHA256_LENGTH = 32;
 
@@ -51,7 +53,6 @@ export class FileClusterMarker {
     const old = await this.read();
     const event = new Uint8Array(await crypto.subtle.digest("SHA-256", clusterId as Uint8Array<ArrayBuffer>));
     const value = new Uint8Array(await crypto.subtle.digest("SHA-256", new Uint8Array([...old, ...event])));
-    await Deno.mkdir(dirname(this.#path), { recursive: true });
-    await Deno.writeFile(this.#path, value, { mode: 0o600 });
+    await writeFileAtomic(this.#path, value, { mode: 0o600 });
   }
 }
