@@ -6,8 +6,8 @@
  *
  * The file lives under the node's root in `/run/state`: on a real node that
  * is the state disk, so unlike a PCR it survives a reboot there. It is
- * replaced atomically, so a crash
- * never leaves a short value that every later start would refuse.
+ * replaced atomically, so a crash never leaves a short value that every
+ * later start would refuse.
  *
  * @module
  */
