@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { resolve } from "node:path";
 import { parseEndpointFlag, parseFlags, parsePositive, UsageError } from "../flags/flags.ts";
 import type { InitCommand } from "./init.ts";
 import { DISK_UUID, type RecoverCommand } from "./recover.ts";
@@ -122,7 +123,7 @@ function parseInitFlags(args: string[]): InitCommand {
     timeout: { type: "string" },
     "init-timeout": { type: "string" },
   }, "cli init");
-  return {
+  const command: InitCommand = {
     node: parseEndpointFlag(required(flags.node, "--node"), "--node", NODE_EXAMPLE),
     attestationConfig: required(flags["attestation-config"], "--attestation-config"),
     masterSecret: required(flags["master-secret"], "--master-secret"),
@@ -137,6 +138,18 @@ function parseInitFlags(args: string[]): InitCommand {
     timeoutMs: seconds(flags.timeout, "--timeout", INIT_DEFAULTS.timeoutSeconds),
     initTimeoutMs: seconds(flags["init-timeout"], "--init-timeout", INIT_DEFAULTS.initTimeoutSeconds),
   };
+  // The logs file is replaced on every failed attempt: it must not be the master secret or the kubeconfig.
+  for (
+    const [other, flag] of [[command.masterSecret, "--master-secret"], [
+      command.kubeconfigOut,
+      "--kubeconfig-out",
+    ]]
+  ) {
+    if (resolve(command.logsOut) === resolve(other)) {
+      throw new UsageError(`--logs-out must not be the file of ${flag}`);
+    }
+  }
+  return command;
 }
 
 function parseVerifyFlags(args: string[]): CliCommand {

@@ -36,7 +36,8 @@ import { readComponentsFile } from "./components_file.ts";
 import { CliError, errorLine } from "./errors.ts";
 import { loadOrCreateMasterSecretFile } from "./master_secret_file.ts";
 import { connectNode } from "./node_connection.ts";
-import { checkCreatable, createNewFile, writePrivateFile } from "./output_file.ts";
+import { saveKubeconfig } from "./kubeconfig_out.ts";
+import { checkCreatable, writePrivateFile } from "./output_file.ts";
 import type { Progress } from "./progress.ts";
 
 /** Pause between attempts while the node is unreachable. */
@@ -94,8 +95,10 @@ export async function runInit(command: InitCommand, env: InitEnvironment): Promi
   const initSecret = await readInitSecret(command.initSecretFile);
   await checkCreatable(command.kubeconfigOut, "kubeconfig");
   const { secret, created } = await loadOrCreateMasterSecretFile(command.masterSecret);
+  // A line of its own, not a passing phase: a mistyped --master-secret makes a new secret, and the operator
+  // must see that and back it up.
   if (created) {
-    progress.phase(`created the master secret file ${command.masterSecret} (mode 0600): back it up`);
+    env.print(`created the master secret file ${command.masterSecret} (mode 0600): back it up`);
   }
 
   const parameters: InitParameters = {
@@ -119,21 +122,27 @@ export async function runInit(command: InitCommand, env: InitEnvironment): Promi
     initSecret.fill(0);
   }
   progress.done();
-  try {
-    await createNewFile(command.kubeconfigOut, result.kubeconfig, "kubeconfig");
-  } catch (error) {
-    // The cluster exists now: its only admin credentials must not be lost.
-    const fallback = `${command.kubeconfigOut}.${result.clusterId.toHex().slice(0, 8)}`;
-    await createNewFile(fallback, result.kubeconfig, "kubeconfig");
-    env.print(`warning: ${errorLine(error)}; the kubeconfig went to ${fallback}`);
-    command = { ...command, kubeconfigOut: fallback };
-  }
+  const saved = await saveKubeconfig(command.kubeconfigOut, result.kubeconfig, result.clusterId);
+  for (const failure of saved.failures) env.print(`warning: ${failure}`);
+  if (saved.failures.length > 0) env.print(`warning: the kubeconfig went to ${saved.path} instead`);
   env.print("cluster initialized");
   env.print(`cluster ID: ${result.clusterId.toHex()}`);
-  env.print(
-    `kubeconfig: ${command.kubeconfigOut} (mode 0600; kubectl --kubeconfig ${command.kubeconfigOut} get nodes)`,
-  );
+  env.print(`kubeconfig: ${saved.path} (mode 0600; kubectl --kubeconfig ${saved.path} get nodes)`);
   return result;
+}
+
+/**
+ * Writes a failed init's node logs to `path` (0600); returns the note for
+ * the failure's message. Logs that cannot be written are a note on the
+ * failure, never its replacement: the operator still reads why it failed.
+ */
+export async function saveNodeLogs(path: string, logs: Uint8Array): Promise<string> {
+  try {
+    await writePrivateFile(path, logs, "node logs");
+    return `; the node's logs are in ${path}`;
+  } catch (error) {
+    return `; the node's logs were not saved: ${errorLine(error)}`;
+  }
 }
 
 /** An {@linkcode InitError} with what the CLI knows about the attempt. */
@@ -221,10 +230,7 @@ async function describeFailure(failure: InitFailure, command: InitCommand): Prom
   const { error } = failure;
   let logsNote = "";
   const logs = error.logs.length > 0 ? error.logs : await new Blob(failure.streamed as BlobPart[]).bytes();
-  if (logs.length > 0) {
-    await writePrivateFile(command.logsOut, logs, "node logs");
-    logsNote = `; the node's logs are in ${command.logsOut}`;
-  }
+  if (logs.length > 0) logsNote = await saveNodeLogs(command.logsOut, logs);
   switch (error.reason) {
     case "attestation-rejected":
       return new CliError(

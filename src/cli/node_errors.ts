@@ -10,6 +10,14 @@ import { CliError, errorLine } from "./errors.ts";
 
 /** Turns an error of a call to `node` into a {@linkcode CliError}. */
 export function describeNodeCallError(error: unknown, node: string, signal?: AbortSignal): CliError {
+  // AbortSignal.timeout's reason: the node did not answer in time, nobody canceled anything.
+  if (signal?.aborted && signal.reason instanceof DOMException && signal.reason.name === "TimeoutError") {
+    return new CliError(
+      "unreachable",
+      `node ${node} did not answer within --timeout: check --node (host and init server port, default 9000) and that the node's bootstrapper is running`,
+      { cause: error },
+    );
+  }
   if (signal?.aborted || (error instanceof ConnectError && error.code === Code.Canceled)) {
     return new CliError("canceled", `the call to node ${node} was canceled`, { cause: error });
   }

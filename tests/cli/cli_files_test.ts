@@ -13,6 +13,9 @@ import {
   parseMasterSecretFile,
   readMasterSecretFile,
 } from "../../src/cli/master_secret_file.ts";
+import { saveNodeLogs } from "../../src/cli/init.ts";
+import { describeNodeCallError } from "../../src/cli/node_errors.ts";
+import { saveKubeconfig } from "../../src/cli/kubeconfig_out.ts";
 import { recoverDiskKey, runRecover } from "../../src/cli/recover.ts";
 import { renderVerifyTable } from "../../src/cli/verify_report.ts";
 import { renderVerifyJson, type VerifyResult } from "../../src/verification/report.ts";
@@ -181,6 +184,21 @@ Deno.test("command line: one-line usage errors", () => {
   usage(["verify", "--node", "10.0.0.1", "--attestation-config", "a"], /invalid --node/);
   usage(["verify", "--node", "10.0.0.1:9000", "--attestation-config", "a", "--output", "yaml"], /--output/);
   usage(["init", "--node", "10.0.0.1:9000"], /missing --attestation-config/);
+  const init = [
+    "init",
+    "--node",
+    "10.0.0.1:9000",
+    "--attestation-config",
+    "a",
+    "--master-secret",
+    "./m.json",
+  ];
+  const more = ["--init-secret-file", "s", "--kubernetes-version", "v1.30.2"];
+  usage([...init, ...more, "--logs-out", "m.json"], /--logs-out must not be the file of --master-secret/);
+  usage(
+    [...init, ...more, "--logs-out", "constellation-admin.conf"],
+    /--logs-out must not be the file of --kubeconfig-out/,
+  );
   assert.equal(parseCliArgs(["init", "--help"]), "help");
 });
 
@@ -225,4 +243,80 @@ Deno.test("verify report: a table of every PCR, mismatches highlighted only with
   }, false);
   assert.match(unknown, /^4 +enforced +unknown +a+ +-$/m);
   assert.match(unknown, /why: attestation key not trusted/);
+});
+
+Deno.test("init's kubeconfig: where asked, else beside it, else a private temp directory, else an error naming the cluster", async (t) => {
+  const kubeconfig = new TextEncoder().encode("apiVersion: v1\nkind: Config\n");
+  const clusterId = bytes(0xa0);
+  const dir = await tempDir();
+  try {
+    await t.step("where asked", async () => {
+      const saved = await saveKubeconfig(`${dir}/admin.conf`, kubeconfig, clusterId);
+      assert.deepEqual(saved, { path: `${dir}/admin.conf`, failures: [] });
+      assert.deepEqual(await Deno.readFile(saved.path), kubeconfig);
+      assert.equal((await Deno.stat(saved.path)).mode! & 0o777, 0o600);
+    });
+    await t.step("an existing file is kept: the copy goes beside it, named with the cluster ID", async () => {
+      const saved = await saveKubeconfig(`${dir}/admin.conf`, kubeconfig, clusterId);
+      assert.equal(saved.path, `${dir}/admin.conf.a0a1a2a3`);
+      assert.match(saved.failures.join("\n"), /admin.conf already exists; it is never overwritten/);
+      assert.deepEqual(await Deno.readFile(saved.path), kubeconfig);
+    });
+    await t.step("a directory that went away: a new private temp directory", async () => {
+      const saved = await saveKubeconfig(`${dir}/gone/admin.conf`, kubeconfig, clusterId);
+      assert.equal(saved.failures.length, 2);
+      assert.match(saved.path, /\/cli-kubeconfig-[^/]+\/admin\.conf$/);
+      assert.deepEqual(await Deno.readFile(saved.path), kubeconfig);
+      assert.equal((await Deno.stat(saved.path)).mode! & 0o777, 0o600);
+      await Deno.remove(saved.path.slice(0, saved.path.lastIndexOf("/")), { recursive: true });
+    });
+    await t.step("nowhere: the error says the cluster exists and why each place failed", async () => {
+      await assert.rejects(
+        saveKubeconfig(`${dir}/gone/admin.conf`, kubeconfig, clusterId, {
+          makeTempDir: () => Promise.reject(new Error("no space left on device")),
+        }),
+        rejectsWith(
+          "output",
+          /^the cluster was initialized \(cluster ID a0a1.*\), but its admin kubeconfig could not be written anywhere \(.*gone\/admin.conf.*; .*; no space left on device\)/,
+        ),
+      );
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a failed init's node logs: saved 0600 and named, or a note that they were not, never the failure's replacement", async () => {
+  const dir = await tempDir();
+  try {
+    const logs = new TextEncoder().encode("kubeadm init: preflight failed\n");
+    assert.equal(await saveNodeLogs(`${dir}/init.log`, logs), `; the node's logs are in ${dir}/init.log`);
+    assert.deepEqual(await Deno.readFile(`${dir}/init.log`), logs);
+    assert.equal((await Deno.stat(`${dir}/init.log`)).mode! & 0o777, 0o600);
+    assert.match(
+      await saveNodeLogs(`${dir}/missing/init.log`, logs),
+      /^; the node's logs were not saved: cannot write node logs .*missing\/init.log/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a node call's error in the operator's words: a timeout is unreachable, Ctrl-C canceled", () => {
+  const aborted = (reason: unknown) => {
+    const controller = new AbortController();
+    controller.abort(reason);
+    return controller.signal;
+  };
+  const node = "10.0.0.5:9000";
+  const late = describeNodeCallError(
+    new Error("aborted"),
+    node,
+    AbortSignal.any([aborted(new DOMException("signal timed out", "TimeoutError"))]),
+  );
+  assert.equal(late.reason, "unreachable");
+  assert.match(late.message, /^node 10.0.0.5:9000 did not answer within --timeout: check --node/);
+  const interrupted = describeNodeCallError(new Error("aborted"), node, aborted(new Error("SIGINT")));
+  assert.equal(interrupted.reason, "canceled");
+  assert.equal(interrupted.message, "the call to node 10.0.0.5:9000 was canceled");
 });

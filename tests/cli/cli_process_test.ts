@@ -121,6 +121,11 @@ Deno.test("cli processes against a bootstrapper cluster: verify, init, recover",
       async () => {
         const result = await cli(initArgs(`${ops}/wrong-secret`));
         assert.equal(result.code, 1, output(result));
+        // The first init of this test made the master secret file: said on a line of its own.
+        assert.match(
+          result.stdoutLines.join("\n"),
+          /^created the master secret file .* \(mode 0600\): back it up$/m,
+        );
         assert.match(
           result.stderrLines.at(-1)!,
           /^cli: the node refused the init secret from .*wrong-secret/,
