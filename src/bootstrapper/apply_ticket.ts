@@ -18,19 +18,21 @@
  *  5. the state disk's passphrase becomes the ticket's disk key (and the
  *     disk is marked initialized);
  *  6. control-plane files into `pkiDir` (control planes only), then the
- *     kubelet certificate and key, then the node state; every file atomic
- *     (temp file in the same directory, fsync, rename) and 0600;
+ *     kubelet certificate and key; every file atomic (temp file in the same
+ *     directory, fsync, rename) and 0600;
  *  7. the ticket's components (download, verify, install);
  *  8. `kubeadm join` with the ticket's token, CA pin and endpoint, at most
  *     `joinAttempts` (3) times with a pause between attempts;
- *  9. start the kubelet unit.
+ *  9. start the kubelet unit;
+ * 10. the node state (written as in step 6), last: on a bound node it says
+ *     the join completed, also when the process died in between.
  *
  * **A failure after the lock** rejects with an {@linkcode ApplyError}
- * (`afterLock: true`) naming the step, and first removes every file step 6
- * wrote (control-plane files, kubelet key and certificate, node state),
- * best effort, so no secret of the failed ticket stays on disk and the
- * missing node state tells a restarted bootstrapper that this node never
- * finished joining. What remains: PCR 15 extended (until reboot), the
+ * (`afterLock: true`) naming the step, and first removes every file steps
+ * 6 and 10 wrote (control-plane files, kubelet key and certificate, node
+ * state), best effort, so no secret of the failed ticket stays on disk and
+ * the missing node state tells a restarted bootstrapper that this node
+ * never finished joining. What remains: PCR 15 extended (until reboot), the
  * state disk keyed to the ticket's disk key and marked initialized (when
  * step 5 passed), installed components (not secret) and whatever kubeadm
  * itself wrote. **Wipe and retry** means: reformat the state disk (a new
@@ -48,6 +50,7 @@
 import type { Component } from "../gen/components/components_pb.ts";
 import type { IssueJoinTicketResponse } from "../gen/join/join_pb.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../joinservice/controlplanefiles.ts";
+import { MEASUREMENT_SALT_LENGTH } from "../init/protocol.ts";
 import { deriveClusterId } from "../kms/keys.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
@@ -181,8 +184,6 @@ export class ApplyError extends ReasonError<ApplyFailure> {
   }
 }
 
-/** The measurement salt length the cluster uses (the CLI's 32 bytes). */
-const MEASUREMENT_SALT_LENGTH = 32;
 const TOKEN = /^[a-z0-9]{6}\.[a-z0-9]{16}$/;
 const CA_HASH = /^sha256:[0-9a-f]{64}$/;
 
@@ -290,13 +291,6 @@ export class JoinTicketApplier implements TicketApplier {
       await write(deps.paths.kubeletCert, ticket.kubeletCert);
       await write(deps.paths.kubeletKey, node.kubeletKeyPem);
     });
-    await step("files", "persisting node state", async () => {
-      written.push(deps.paths.nodeState);
-      await deps.writeNodeState(deps.paths.nodeState, {
-        role: node.role,
-        measurementSalt: ticket.measurementSalt,
-      }, { signal });
-    });
     await step(
       "components",
       "installing kubernetes components",
@@ -319,6 +313,14 @@ export class JoinTicketApplier implements TicketApplier {
       `starting ${this.#kubeletUnit}`,
       () => deps.systemd.start(this.#kubeletUnit, { signal }),
     );
+    // Last: a node state on a bound node says its join completed (run.ts starts only such a node's kubelet).
+    await step("files", "persisting node state", async () => {
+      written.push(deps.paths.nodeState);
+      await deps.writeNodeState(deps.paths.nodeState, {
+        role: node.role,
+        measurementSalt: ticket.measurementSalt,
+      }, { signal });
+    });
   }
 
   /** `kubeadm join`, at most `joinAttempts` times. */

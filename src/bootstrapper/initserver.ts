@@ -31,10 +31,12 @@
  *  7. `onLocked()` (stops the join client; also when marking the node
  *     failed, which ends the Init and this boot);
  *  8. the state disk's passphrase becomes the derived disk key;
- *  9. the node state file (ControlPlane, the salt; removed again when a
- *     later step fails);
- * 10. {@linkcode ClusterInitializer.initialize} → the admin kubeconfig;
+ *  9. {@linkcode ClusterInitializer.initialize} → the admin kubeconfig;
+ * 10. the node state file (ControlPlane, the salt), once the cluster is
+ *     initialized (removed again if the Init still fails);
  * 11. `InitSuccessResponse` sealed to the client's key.
+ *
+ * Steps 8-11 have a deadline ({@linkcode DEFAULT_INIT_TIMEOUT_MS}).
  *
  * A failure from step 3 on is streamed as `init_failure` with the error,
  * then the node's logs in chunks, on every failed attempt; then the call
@@ -200,6 +202,8 @@ export const SHOW_ATTESTATION_QUEUE = 4;
 export const DEFAULT_CLUSTER_NAME = "constellation";
 /** How long the work past the lock may take (the CLI's --init-timeout default): then it fails, terminally. */
 export const DEFAULT_INIT_TIMEOUT_MS = 30 * 60_000;
+/** How long a failed Init waits for a step still running after the deadline before it removes the node state. */
+const AFTER_DEADLINE_SETTLE_MS = 10_000;
 
 /** Options for {@linkcode InitServer}. */
 export interface InitServerOptions {
@@ -601,6 +605,8 @@ export class InitServer {
     await this.#checkInitSecret(request.initSecret, options);
     this.#enter();
     let locked = false;
+    let work: Promise<Sealed> | undefined;
+    const timers = this.#deps.timers ?? systemTimers;
     try {
       const checked = await this.#checkParameters(opened);
       const kms = new ClusterKms(checked.masterSecret.key, checked.masterSecret.salt);
@@ -612,11 +618,11 @@ export class InitServer {
       // Past the lock the work is the node's, not the caller's: it runs to its end, or its deadline (a
       // component server that never answers must not hold the node forever).
       const sealed = await withDeadline(
-        this.#deps.timers ?? systemTimers,
+        timers,
         "initializing the node",
         this.#initTimeoutMs,
         this.#lifetime.signal,
-        (signal) => this.#afterLock(opened, checked, kms, clusterId, signal),
+        (signal) => work = this.#afterLock(opened, checked, kms, clusterId, signal),
       ).catch((error) => {
         throw error instanceof DeadlineError
           ? rejectInit("deadline", error.message, { cause: error })
@@ -627,6 +633,8 @@ export class InitServer {
       return sealed;
     } catch (error) {
       if (locked || this.#phase === "failed") {
+        // After the deadline a step may still be finishing: its node state must not land after the removal.
+        if (work) await settledWithin(work, timers, AFTER_DEADLINE_SETTLE_MS);
         await this.#deps.nodeState.remove().catch((removeError) =>
           this.#deps.logger.warn("removing the node state failed", { error: removeError })
         );
@@ -662,6 +670,13 @@ export class InitServer {
       }
     });
     deps.logger.info("state disk set up");
+    const { kubeconfig } = await step(
+      "cluster-init-failed",
+      "initializing cluster",
+      () => deps.cluster.initialize({ ...checked, clusterId }, { signal }),
+    );
+    // After kubeadm: on a bound node the node state says its init completed (run.ts starts only such a
+    // node's kubelet), also when the process died in between.
     await step(
       "node-state-failed",
       "persisting node state",
@@ -669,11 +684,6 @@ export class InitServer {
         deps.nodeState.write({ role: "ControlPlane", measurementSalt: checked.measurementSalt }, {
           signal,
         }),
-    );
-    const { kubeconfig } = await step(
-      "cluster-init-failed",
-      "initializing cluster",
-      () => deps.cluster.initialize({ ...checked, clusterId }, { signal }),
     );
     const sealed = await step(
       "seal-failed",
@@ -872,6 +882,16 @@ async function step<T>(reason: InitServerReason, what: string, run: () => Promis
     const detail = error instanceof Error ? error.message : String(error);
     throw rejectInit(reason, `${what}: ${detail}`, { cause: error });
   }
+}
+
+/** Waits until `work` settles, at most `ms`. */
+async function settledWithin(work: Promise<unknown>, timers: Timers, ms: number): Promise<void> {
+  const timer = new AbortController();
+  await Promise.race([
+    work.then(() => {}, () => {}),
+    timers.sleep(ms, { signal: timer.signal }).catch(() => {}),
+  ]);
+  timer.abort();
 }
 
 /** Passes a stream through, turning a thrown rejection into the ConnectError a handler returns. */

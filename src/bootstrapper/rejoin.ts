@@ -160,6 +160,14 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
             s,
             (d) => deps.tickets.rejoinTicket(endpoint, diskUuid, { signal: d }),
           );
+          // Before the disk key is tried: cryptsetup is the slow part of a round.
+          if (ticket.measurementSalt.length !== MEASUREMENT_SALT_LENGTH) {
+            // An empty salt: a join service older than this node's image.
+            throw new RejoinError(
+              "malformed-ticket",
+              `the rejoin ticket's measurement salt has ${ticket.measurementSalt.length} bytes, want ${MEASUREMENT_SALT_LENGTH}`,
+            );
+          }
           const opens = await deadline(
             "testing the disk key",
             s,
@@ -169,13 +177,6 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
             throw new RejoinError(
               "wrong-disk-key",
               "the rejoin ticket's disk key does not open the state disk",
-            );
-          }
-          if (ticket.measurementSalt.length !== MEASUREMENT_SALT_LENGTH) {
-            // An empty salt: a join service older than this node's image.
-            throw new RejoinError(
-              "malformed-ticket",
-              `the rejoin ticket's measurement salt has ${ticket.measurementSalt.length} bytes, want ${MEASUREMENT_SALT_LENGTH}`,
             );
           }
           return { ticket, endpoint };

@@ -11,6 +11,7 @@
  */
 import { readPcrs } from "../attestation/tpm/pcr.ts";
 import { nodePaths } from "../bootstrapper/node_paths.ts";
+import { LuksStateDisk } from "../bootstrapper/state_disk.ts";
 import { removeIfExists } from "../fs/atomic_write.ts";
 import { runLoadingTpmTool } from "../attestation/tpm/tools.ts";
 import { runTool, stderrExcerpt } from "../os/run_tool.ts";
@@ -150,12 +151,16 @@ export async function bootNodeTpm(node: NodeFiles, options: { tamperPcr4?: boole
 
 /**
  * Boots the node again after its old swtpm stopped: `/run` is a tmpfs, so
- * the state disk's key file is gone (the rejoin writes it back; the node's
- * `run/state` stands for the state disk and keeps its files), and the TPM
- * starts anew on its kept state ({@linkcode bootNodeTpm}).
+ * an initialized state disk's key file is gone (the rejoin writes it back;
+ * the node's `run/state` stands for the state disk and keeps its files),
+ * while a disk never initialized keeps its first-boot key (the image's
+ * first-boot preparation would make a new one), and the TPM starts anew on
+ * its kept state ({@linkcode bootNodeTpm}).
  */
 export async function rebootNode(node: NodeFiles, options: { tamperPcr4?: boolean } = {}): Promise<Swtpm> {
-  await removeIfExists(nodePaths(node.root).initialPassphrase);
+  const keyFile = nodePaths(node.root).initialPassphrase;
+  const disk = new LuksStateDisk({ device: node.disk, initialPassphraseFile: keyFile });
+  if (await disk.isInitialized()) await removeIfExists(keyFile);
   return await bootNodeTpm(node, options);
 }
 

@@ -61,8 +61,8 @@ const successCalls = [
   "onLocked",
   "disk uuid",
   `passphrase ${DISK_KEY}`,
-  `node state ControlPlane ${MEASUREMENT_SALT.toHex()}`,
   "initialize test-cluster",
+  `node state ControlPlane ${MEASUREMENT_SALT.toHex()}`,
 ];
 
 Deno.test("init server", async (t) => {
@@ -210,6 +210,24 @@ Deno.test("init server", async (t) => {
       });
       assert.equal(w.calls.at(-1), "node state removed");
       assert.equal((await refused(w)).code, Code.FailedPrecondition);
+    },
+  );
+
+  await t.step(
+    "a step that ignores the deadline: its late node state is removed after it, never before",
+    async () => {
+      const w = world({
+        options: { initTimeoutMs: 20 },
+        cluster: {
+          initialize: () =>
+            new Promise((resolve) => setTimeout(() => resolve({ kubeconfig: new Uint8Array([1]) }), 60)),
+        },
+      });
+      assert.equal((await refused(w)).code, Code.DeadlineExceeded);
+      assert.deepEqual(w.calls.slice(-2), [
+        `node state ControlPlane ${MEASUREMENT_SALT.toHex()}`,
+        "node state removed",
+      ]);
     },
   );
 

@@ -316,6 +316,7 @@ Deno.test("join client", async (t) => {
           providerId: worker.providerId,
         }]);
         assert.deepEqual(w.os.started, ["kubelet.service"]);
+        assert.deepEqual(w.os.nodeStateAtKubeletStart, [false], "the node state is written last");
         assert.deepEqual(await listFiles(`${w.os.root}/etc`), [], "a worker gets no control-plane files");
         assert.ok(!w.log.lines.some((line) => line.includes(TOKEN) || line.includes("BEGIN EC")));
       },

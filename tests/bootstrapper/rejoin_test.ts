@@ -35,11 +35,15 @@ function setup(options: Options = {}) {
   const endpoints: string[] = [];
   const locks: Uint8Array[] = [];
   const keyFile: Uint8Array[] = [];
+  const tested: Uint8Array[] = [];
   const deps: RejoinDependencies = {
     disk: {
       isInitialized: () => Promise.resolve(options.initialized ?? true),
       uuid: () => Promise.resolve(DISK_UUID),
-      testPassphrase: (key) => Promise.resolve(key.every((byte, i) => byte === DISK_KEY[i])),
+      testPassphrase: (key) => {
+        tested.push(key);
+        return Promise.resolve(key.every((byte, i) => byte === DISK_KEY[i]));
+      },
     },
     metadata: { self: () => Promise.resolve(self), peers: options.peers ?? (() => Promise.resolve(peers)) },
     tickets: {
@@ -65,7 +69,7 @@ function setup(options: Options = {}) {
     logger: log.logger,
     timers,
   };
-  return { deps, timers, log, endpoints, locks, keyFile };
+  return { deps, timers, log, endpoints, locks, keyFile, tested };
 }
 
 Deno.test("rejoin", async (t) => {
@@ -125,6 +129,7 @@ Deno.test("rejoin", async (t) => {
         );
         assert.deepEqual(warned.map((e) => [e.endpoint, e.reason]), [["10.0.0.2:30090", "malformed-ticket"]]);
         assert.match(String(warned[0].error), /measurement salt has 0 bytes, want 32/);
+        assert.equal(s.tested.length, 1, "cryptsetup only for the ticket with a salt");
         assert.deepEqual(s.keyFile, [DISK_KEY]);
       },
     },

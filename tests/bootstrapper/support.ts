@@ -150,6 +150,8 @@ export interface FakeOs {
   onLockedCalls: number;
   passphrases: Uint8Array[];
   joins: KubeadmJoinConfig[];
+  /** Whether the node state file existed when the kubelet unit was started, per start. */
+  nodeStateAtKubeletStart: boolean[];
   started: string[];
   installed: Component[][];
 }
@@ -174,6 +176,7 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
     onLockedCalls: 0,
     passphrases: [],
     joins: [],
+    nodeStateAtKubeletStart: [],
     started: [],
     installed: [],
     deps: undefined as unknown as ApplyDependencies,
@@ -215,9 +218,10 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
       },
     },
     systemd: {
-      start: (unit) => {
+      start: async (unit) => {
         os.started.push(unit);
-        return Promise.resolve();
+        const nodeState = `${root}/run/state/constellation/node_state.json`;
+        os.nodeStateAtKubeletStart.push(await Deno.stat(nodeState).then(() => true, () => false));
       },
     },
     paths: {

@@ -66,6 +66,8 @@ Deno.test("the bootstrapper unit: the original's ordering and restart policy, af
     "network-online.target",
   ]);
   assert.deepEqual(words(bootstrapper, "Unit", "Requires"), [REJOIN_UNIT]);
+  // After a reboot the state disk is mapped only once the rejoin step wrote its key: wait for the mount.
+  assert.deepEqual(words(bootstrapper, "Unit", "RequiresMountsFor"), ["/run/state"]);
   assert.deepEqual(bootstrapper.Service.Type, ["simple"]);
   assert.deepEqual(bootstrapper.Service.RemainAfterExit, ["yes"]);
   assert.deepEqual(bootstrapper.Service.Restart, ["on-failure"]);

@@ -99,8 +99,8 @@ export interface InitWorld {
   server: InitServer;
   deps: InitServerDependencies;
   /**
-   * Effects in order: "lock <hex>", "onLocked", "disk uuid", "passphrase <hex>", "node state <role> <hex>",
-   * "initialize <clusterName>", and "node state removed" after a failure past the lock.
+   * Effects in order: "lock <hex>", "onLocked", "disk uuid", "passphrase <hex>", "initialize <clusterName>",
+   * "node state <role> <hex>", and "node state removed" after a failure past the lock.
    */
   calls: string[];
   /** The parameters the cluster initializer got. */
