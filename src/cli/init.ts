@@ -152,6 +152,8 @@ class InitFailure extends Error {
     readonly timedOut: "connect" | "init" | undefined,
     readonly attempts: number,
     readonly streamed: Uint8Array[],
+    /** Whether the Init itself reached the node (not only the attestation). */
+    readonly initSent = false,
   ) {
     super(error.message, { cause: error });
   }
@@ -211,7 +213,7 @@ async function initWithRetry(
       if (!(error instanceof InitError)) throw error;
       const retry = error.reason === "unavailable" && !initSent && !env.signal?.aborted &&
         Date.now() + RETRY_INTERVAL_MS < deadline;
-      if (!retry) throw new InitFailure(error, timedOut, attempt, streamed);
+      if (!retry) throw new InitFailure(error, timedOut, attempt, streamed, initSent);
       progress.phase(
         `waiting for node ${command.node} to answer (attempt ${attempt}: ${shorten(error.message)})`,
       );
@@ -248,6 +250,15 @@ async function describeFailure(failure: InitFailure, command: InitCommand): Prom
       }
       return new CliError("refused", `${error.message}${logsNote}`, { cause: error });
     case "unavailable":
+      if (failure.initSent) {
+        return new CliError(
+          "unreachable",
+          `node ${command.node}: ${error.message}${logsNote}${UNANSWERED_INIT}`,
+          {
+            cause: error,
+          },
+        );
+      }
       return new CliError(
         "unreachable",
         failure.timedOut === "connect" || failure.attempts > 1
@@ -274,15 +285,24 @@ async function describeFailure(failure: InitFailure, command: InitCommand): Prom
           "refused",
           `the node did not finish the init within --init-timeout ${
             command.initTimeoutMs / 1000
-          } s${logsNote}`,
+          } s${logsNote}${UNANSWERED_INIT}`,
           { cause: error },
         );
       }
-      return new CliError("canceled", `init canceled${logsNote}`, { cause: error });
+      return new CliError("canceled", `init canceled${logsNote}${failure.initSent ? UNANSWERED_INIT : ""}`, {
+        cause: error,
+      });
     default:
       return new CliError("protocol", `${error.message}${logsNote}`, { cause: error });
   }
 }
+
+/**
+ * Said when the Init reached the node and no answer came back: the node may
+ * be past its lock and go on, and its answer cannot be had again.
+ */
+const UNANSWERED_INIT =
+  ". The Init reached the node: if it took its node lock it goes on initializing by itself, and a new cli init is refused; its kubeconfig is sent once, sealed to this run's key, and cannot be fetched again";
 
 /** Whether the node refused because the init secret does not match its metadata's hash. */
 function isInitSecretRefusal(error: InitError): boolean {
