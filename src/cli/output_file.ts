@@ -8,6 +8,7 @@
  * @module
  */
 import { basename, dirname } from "node:path";
+import { syncDirectory } from "../fs/atomic_write.ts";
 import { CliError, errorLine } from "./errors.ts";
 
 /** Mode of every file the CLI writes: only the owner reads it. */
@@ -32,6 +33,8 @@ export async function createNewFile(path: string, data: Uint8Array, what: string
       file.close();
     }
     await Deno.link(temp, path);
+    // The name must survive a power loss too: the cluster may be initialized with this secret right after.
+    await syncDirectory(dirname(path));
   } catch (error) {
     if (error instanceof Deno.errors.AlreadyExists && (await exists(path))) {
       throw new CliError("output", `${what} ${path} already exists; it is never overwritten`);

@@ -101,7 +101,8 @@ async function writeAll(file: Deno.FsFile, bytes: Uint8Array): Promise<void> {
   for (let written = 0; written < bytes.length;) written += await file.write(bytes.subarray(written));
 }
 
-async function syncDirectory(directory: string): Promise<void> {
+/** Makes a directory's entries durable (a new name in it survives a power loss once this resolves). */
+export async function syncDirectory(directory: string): Promise<void> {
   const handle = await Deno.open(directory, { read: true });
   try {
     await handle.sync();
