@@ -15,9 +15,11 @@ export interface SaveKubeconfigOptions {
   makeTempDir?: () => Promise<string>;
 }
 
-/** Where the kubeconfig went, and why not where asked (one line per place that failed). */
+/** Where the kubeconfig went, and why not where asked. */
 export interface SavedKubeconfig {
+  /** The file it is in. */
   path: string;
+  /** One line per place tried before that failed, in order; empty when it went where asked. */
   failures: string[];
 }
 
