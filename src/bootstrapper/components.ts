@@ -77,6 +77,11 @@ export interface ComponentInstallerOptions {
   maxBackoffMs?: number;
   /** Largest download; default 512 MiB. */
   maxDownloadBytes?: number;
+  /**
+   * An attempt that receives nothing (no answer, no byte of the body) for
+   * this long is given up and retried; default 60 s.
+   */
+  idleTimeoutMs?: number;
   /** Archive bounds. */
   archiveLimits?: TarLimits;
   /**
@@ -86,6 +91,9 @@ export interface ComponentInstallerOptions {
    */
   lnBinary?: string;
 }
+
+/** {@linkcode ComponentInstallerOptions.idleTimeoutMs}'s default. */
+export const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
 
 /** Downloads, verifies and installs components. */
 export class ComponentInstaller {
@@ -185,8 +193,40 @@ export class ComponentInstaller {
     href: string,
     signal: AbortSignal | undefined,
   ): Promise<{ path: string; sha256: string }> {
+    // A server that stops sending (a stalled mirror) fails this attempt, which is retried, instead of
+    // holding the join or init until its own deadline.
+    const idleMs = this.#options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+    const stalled = new AbortController();
+    let watchdog = new AbortController();
+    const arm = () => {
+      watchdog.abort();
+      watchdog = new AbortController();
+      this.#timers.sleep(idleMs, { signal: watchdog.signal }).then(
+        () => stalled.abort(new Error(`nothing received for ${idleMs} ms`)),
+        () => {},
+      );
+    };
+    arm();
+    try {
+      return await this.#receive(
+        href,
+        signal ? AbortSignal.any([signal, stalled.signal]) : stalled.signal,
+        arm,
+      );
+    } finally {
+      watchdog.abort();
+    }
+  }
+
+  /** One download to a temporary file; `received` is called on every chunk. */
+  async #receive(
+    href: string,
+    signal: AbortSignal,
+    received: () => void,
+  ): Promise<{ path: string; sha256: string }> {
     const maxBytes = this.#options.maxDownloadBytes ?? 512 * 1024 ** 2;
     const response = await this.#fetch(href, { signal, redirect: "follow" });
+    received();
     if (response.status !== 200) {
       await response.body?.cancel();
       throw new Error(`the server answered ${response.status}`);
@@ -209,6 +249,7 @@ export class ComponentInstaller {
     try {
       try {
         for await (const chunk of response.body ?? new ReadableStream<Uint8Array>()) {
+          received();
           size += chunk.length;
           if (size > maxBytes) {
             throw new ComponentError("too-large", `the download exceeds ${maxBytes} bytes`);

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
 import { ComponentError, ComponentInstaller } from "../../src/bootstrapper/components.ts";
 import { type Component, ComponentSchema } from "../../src/gen/components/components_pb.ts";
+import { sleep } from "../../src/async/sleep.ts";
 import { listFiles, ManualTimers, recordingLogger } from "./support.ts";
 import { componentHash as sha256, type TarEntry as Entry, tarGz } from "../support/tar.ts";
 
@@ -32,6 +33,25 @@ const GOOD_ENTRIES: Entry[] = [
   { name: "crictl", mode: 0o4755, content: "crictl binary" },
 ];
 
+/** The installer's idle timeout in these tests (real time). */
+const IDLE_TIMEOUT_MS = 300;
+
+/**
+ * A server whose first answer to each path sends the headers and a few bytes, then nothing more (a
+ * stalled mirror); later answers are whole.
+ */
+function serveStalling(files: Record<string, Uint8Array>) {
+  const requests: string[] = [];
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, (request) => {
+    const path = new URL(request.url).pathname;
+    requests.push(path);
+    const body = files[path];
+    if (requests.filter((p) => p === path).length > 1) return new Response(body as BodyInit);
+    return new Response(new ReadableStream({ start: (controller) => controller.enqueue(body.slice(0, 4)) }));
+  });
+  return { server, requests, url: (path: string) => `http://127.0.0.1:${server.addr.port}${path}` };
+}
+
 interface Setup {
   root: string;
   tmpDir: string;
@@ -44,14 +64,16 @@ async function setup(): Promise<Setup> {
   const tmpDir = `${root}/tmp`;
   await Deno.mkdir(tmpDir);
   const timers = new ManualTimers();
-  // Backoff sleeps resolve at once (recorded), so retries run without real waiting.
-  timers.sleep = (ms: number) => {
+  // Backoff sleeps resolve at once (recorded), so retries run without real waiting; the idle watchdog
+  // runs in real time (a short one).
+  timers.sleep = (ms: number, options?: { signal?: AbortSignal }) => {
+    if (ms === IDLE_TIMEOUT_MS) return sleep(ms, options?.signal);
     timers.requested.push(ms);
     return Promise.resolve();
   };
   const installer = new ComponentInstaller(
     { timers, logger: recordingLogger().logger },
-    { root, tmpDir, attempts: 3, maxDownloadBytes: 1024 * 1024 },
+    { root, tmpDir, attempts: 3, maxDownloadBytes: 1024 * 1024, idleTimeoutMs: IDLE_TIMEOUT_MS },
   );
   return { root, tmpDir, installer, timers };
 }
@@ -90,6 +112,7 @@ Deno.test("component installation", async (t) => {
   const http = serve(files);
   const flaky = serve({ "/kubelet": binary }, 2);
   const down = serve({}, 1000);
+  const stalling = serveStalling({ "/kubelet": binary });
 
   const rows: { name: string; run: (s: Setup) => Promise<void> }[] = [
     {
@@ -193,6 +216,17 @@ Deno.test("component installation", async (t) => {
       },
     },
     {
+      name: "a server that stops sending: the attempt is given up after the idle timeout and retried",
+      run: async ({ root, installer, timers }) => {
+        await installer.installOne(
+          component(stalling.url("/kubelet"), await sha256(binary), "/run/state/bin/kubelet", false),
+        );
+        assert.deepEqual(await Deno.readFile(`${root}/run/state/bin/kubelet`), binary);
+        assert.deepEqual(stalling.requests, ["/kubelet", "/kubelet"]);
+        assert.deepEqual(timers.requested, [1000], "one backoff");
+      },
+    },
+    {
       name: "a server that keeps failing: bounded attempts, then download-failed",
       run: async ({ installer, timers }) => {
         await refused(
@@ -262,6 +296,11 @@ Deno.test("component installation", async (t) => {
       });
     }
   } finally {
-    await Promise.all([http.server.shutdown(), flaky.server.shutdown(), down.server.shutdown()]);
+    await Promise.all([
+      http.server.shutdown(),
+      flaky.server.shutdown(),
+      down.server.shutdown(),
+      stalling.server.shutdown(),
+    ]);
   }
 });
