@@ -55,7 +55,14 @@ import { deriveClusterId } from "../kms/keys.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 import type { AppliedTicket, JoiningNode, NodeRole, TicketApplier } from "./joinclient.ts";
-import { errorFields, systemTimers, type Timers, withDeadline } from "./retry.ts";
+import {
+  AFTER_DEADLINE_SETTLE_MS,
+  errorFields,
+  settledWithin,
+  systemTimers,
+  type Timers,
+  withDeadline,
+} from "./retry.ts";
 import type { KubeadmJoinConfig } from "./kubeadm_config.ts";
 
 /** Writes a file atomically (helper O's `writeFileAtomic` in `src/fs/atomic_write.ts`). */
@@ -235,15 +242,18 @@ export class JoinTicketApplier implements TicketApplier {
     await this.#deps.onLocked();
 
     const written: string[] = [];
+    let work: Promise<void> | undefined;
     try {
       await withDeadline(
         this.#timers,
         "applying the join ticket",
         this.#applyTimeoutMs,
         undefined,
-        (deadline) => this.#afterLock(ticket, node, controlPlaneFiles, written, deadline),
+        (deadline) => work = this.#afterLock(ticket, node, controlPlaneFiles, written, deadline),
       );
     } catch (error) {
+      // After the deadline a step may still be finishing: its file must not land after the cleanup.
+      if (work) await settledWithin(work, this.#timers, AFTER_DEADLINE_SETTLE_MS);
       await this.#removeWritten(written);
       const failure = error instanceof ApplyError
         ? error

@@ -80,7 +80,14 @@ import { type MasterSecret, parseKmsUri, parseStorageUri } from "../kms/uri.ts";
 import { PoolFullError, WorkPool } from "../limits/pool.ts";
 import type { Logger } from "../log/logger.ts";
 import { asRejection, type CommonReason, Rejection, toConnectError } from "../rpc/rejection.ts";
-import { DeadlineError, systemTimers, type Timers, withDeadline } from "./retry.ts";
+import {
+  AFTER_DEADLINE_SETTLE_MS,
+  DeadlineError,
+  settledWithin,
+  systemTimers,
+  type Timers,
+  withDeadline,
+} from "./retry.ts";
 
 /** Options of every call that can wait. */
 export interface SignalOptions {
@@ -200,10 +207,11 @@ export const SHOW_ATTESTATION_CONCURRENCY = 1;
 export const SHOW_ATTESTATION_QUEUE = 4;
 /** Cluster name when the request leaves it empty. */
 export const DEFAULT_CLUSTER_NAME = "constellation";
-/** How long the work past the lock may take (the CLI's --init-timeout default): then it fails, terminally. */
-export const DEFAULT_INIT_TIMEOUT_MS = 30 * 60_000;
-/** How long a failed Init waits for a step still running after the deadline before it removes the node state. */
-const AFTER_DEADLINE_SETTLE_MS = 10_000;
+/**
+ * How long the work past the lock may take: then it fails, terminally. Less than the CLI's default
+ * --init-timeout (30 min), so the CLI receives the failure and the node's logs.
+ */
+export const DEFAULT_INIT_TIMEOUT_MS = 25 * 60_000;
 
 /** Options for {@linkcode InitServer}. */
 export interface InitServerOptions {
@@ -882,16 +890,6 @@ async function step<T>(reason: InitServerReason, what: string, run: () => Promis
     const detail = error instanceof Error ? error.message : String(error);
     throw rejectInit(reason, `${what}: ${detail}`, { cause: error });
   }
-}
-
-/** Waits until `work` settles, at most `ms`. */
-async function settledWithin(work: Promise<unknown>, timers: Timers, ms: number): Promise<void> {
-  const timer = new AbortController();
-  await Promise.race([
-    work.then(() => {}, () => {}),
-    timers.sleep(ms, { signal: timer.signal }).catch(() => {}),
-  ]);
-  timer.abort();
 }
 
 /** Passes a stream through, turning a thrown rejection into the ConnectError a handler returns. */

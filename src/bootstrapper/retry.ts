@@ -56,6 +56,23 @@ export async function withDeadline<T>(
   }
 }
 
+/**
+ * How long work whose deadline passed is given to finish the step it is in
+ * before the caller cleans up after it (a file written after the cleanup
+ * would outlive it).
+ */
+export const AFTER_DEADLINE_SETTLE_MS = 10_000;
+
+/** Waits until `work` settles (either way), at most `ms`. */
+export async function settledWithin(work: Promise<unknown>, timers: Timers, ms: number): Promise<void> {
+  const timer = new AbortController();
+  await Promise.race([
+    work.then(() => {}, () => {}),
+    timers.sleep(ms, { signal: timer.signal }).catch(() => {}),
+  ]);
+  timer.abort();
+}
+
 /** `promise`, or a rejection with the signal's reason as soon as `signal` aborts. */
 export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) {

@@ -22,7 +22,7 @@ export interface ClusterBinding {
   isBound(options?: SignalOptions): Promise<boolean>;
 }
 
-/** The node state file: written by an init or join before kubeadm, removed again when it fails past the lock. */
+/** The node state file: written last by an init or join that completed, removed when one fails past the lock. */
 export interface NodeStateFile {
   /** Resolves when the file is there and well-formed; rejects naming what is wrong. */
   check(options?: SignalOptions): Promise<void>;

@@ -302,7 +302,7 @@ async function describeFailure(failure: InitFailure, command: InitCommand): Prom
  * be past its lock and go on, and its answer cannot be had again.
  */
 const UNANSWERED_INIT =
-  ". The Init reached the node: if it took its node lock it goes on initializing by itself, and a new cli init is refused; its kubeconfig is sent once, sealed to this run's key, and cannot be fetched again";
+  ". The Init reached the node: if it took its node lock it goes on initializing by itself (for at most 25 minutes), and a new cli init is refused; its kubeconfig is sent once, sealed to this run's key, and cannot be fetched again";
 
 /** Whether the node refused because the init secret does not match its metadata's hash. */
 function isInitSecretRefusal(error: InitError): boolean {

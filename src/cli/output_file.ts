@@ -8,7 +8,7 @@
  * @module
  */
 import { basename, dirname } from "node:path";
-import { syncDirectory } from "../fs/atomic_write.ts";
+import { AtomicWriteError, syncDirectory, writeFileAtomic } from "../fs/atomic_write.ts";
 import { CliError, errorLine } from "./errors.ts";
 
 /** Mode of every file the CLI writes: only the owner reads it. */
@@ -33,8 +33,6 @@ export async function createNewFile(path: string, data: Uint8Array, what: string
       file.close();
     }
     await Deno.link(temp, path);
-    // The name must survive a power loss too: the cluster may be initialized with this secret right after.
-    await syncDirectory(dirname(path));
   } catch (error) {
     if (error instanceof Deno.errors.AlreadyExists && (await exists(path))) {
       throw new CliError("output", `${what} ${path} already exists; it is never overwritten`);
@@ -45,6 +43,9 @@ export async function createNewFile(path: string, data: Uint8Array, what: string
   } finally {
     await Deno.remove(temp).catch(() => {});
   }
+  // The name should survive a power loss too (the cluster may be initialized with this secret right
+  // after), but the file is written: a directory that cannot be synced does not undo that.
+  await syncDirectory(dirname(path)).catch(() => {});
 }
 
 /**
@@ -78,10 +79,11 @@ export async function checkCreatable(path: string, what: string): Promise<void> 
  */
 export async function writePrivateFile(path: string, data: Uint8Array, what: string): Promise<void> {
   try {
-    await Deno.writeFile(path, data, { mode: PRIVATE_FILE_MODE });
-    await Deno.chmod(path, PRIVATE_FILE_MODE);
+    // Replaced through a temporary file: a symlink at `path` is replaced, never followed to its target.
+    await writeFileAtomic(path, data, { mode: PRIVATE_FILE_MODE, createParents: false });
   } catch (error) {
-    throw new CliError("output", `cannot write ${what} ${path}: ${describeFsError(error, path, "write")}`, {
+    const cause = error instanceof AtomicWriteError ? error.cause : error;
+    throw new CliError("output", `cannot write ${what} ${path}: ${describeFsError(cause, path, "write")}`, {
       cause: error,
     });
   }

@@ -1,6 +1,10 @@
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
-import { ComponentError, ComponentInstaller } from "../../src/bootstrapper/components.ts";
+import {
+  ComponentError,
+  ComponentInstaller,
+  DEFAULT_IDLE_TIMEOUT_MS,
+} from "../../src/bootstrapper/components.ts";
 import { type Component, ComponentSchema } from "../../src/gen/components/components_pb.ts";
 import { sleep } from "../../src/async/sleep.ts";
 import { listFiles, ManualTimers, recordingLogger } from "./support.ts";
@@ -33,7 +37,7 @@ const GOOD_ENTRIES: Entry[] = [
   { name: "crictl", mode: 0o4755, content: "crictl binary" },
 ];
 
-/** The installer's idle timeout in these tests (real time). */
+/** The idle timeout of the stalled-server row (real time). */
 const IDLE_TIMEOUT_MS = 300;
 
 /**
@@ -65,15 +69,15 @@ async function setup(): Promise<Setup> {
   await Deno.mkdir(tmpDir);
   const timers = new ManualTimers();
   // Backoff sleeps resolve at once (recorded), so retries run without real waiting; the idle watchdog
-  // runs in real time (a short one).
+  // runs in real time (the default one never fires in these tests).
   timers.sleep = (ms: number, options?: { signal?: AbortSignal }) => {
-    if (ms === IDLE_TIMEOUT_MS) return sleep(ms, options?.signal);
+    if (ms === IDLE_TIMEOUT_MS || ms === DEFAULT_IDLE_TIMEOUT_MS) return sleep(ms, options?.signal);
     timers.requested.push(ms);
     return Promise.resolve();
   };
   const installer = new ComponentInstaller(
     { timers, logger: recordingLogger().logger },
-    { root, tmpDir, attempts: 3, maxDownloadBytes: 1024 * 1024, idleTimeoutMs: IDLE_TIMEOUT_MS },
+    { root, tmpDir, attempts: 3, maxDownloadBytes: 1024 * 1024 },
   );
   return { root, tmpDir, installer, timers };
 }
@@ -217,7 +221,11 @@ Deno.test("component installation", async (t) => {
     },
     {
       name: "a server that stops sending: the attempt is given up after the idle timeout and retried",
-      run: async ({ root, installer, timers }) => {
+      run: async ({ root, tmpDir, timers }) => {
+        const installer = new ComponentInstaller(
+          { timers, logger: recordingLogger().logger },
+          { root, tmpDir, idleTimeoutMs: IDLE_TIMEOUT_MS },
+        );
         await installer.installOne(
           component(stalling.url("/kubelet"), await sha256(binary), "/run/state/bin/kubelet", false),
         );

@@ -297,6 +297,19 @@ Deno.test("a failed init's node logs: saved 0600 and named, or a note that they 
       await saveNodeLogs(`${dir}/missing/init.log`, logs),
       /^; the node's logs were not saved: cannot write node logs .*missing\/init.log/,
     );
+    // A symlink at the logs path is replaced, never followed to what it names.
+    await Deno.writeTextFile(`${dir}/master-secret.json`, "{}");
+    // (`ln`: the tests' permission set cannot make symlinks with Deno.symlink.)
+    const ln = await new Deno.Command("ln", {
+      args: ["-s", `${dir}/master-secret.json`, `${dir}/linked.log`],
+    })
+      .output();
+    assert.ok(ln.success);
+    assert.ok((await Deno.lstat(`${dir}/linked.log`)).isSymlink);
+    await saveNodeLogs(`${dir}/linked.log`, logs);
+    assert.equal(await Deno.readTextFile(`${dir}/master-secret.json`), "{}");
+    assert.ok((await Deno.lstat(`${dir}/linked.log`)).isFile);
+    assert.deepEqual(await Deno.readFile(`${dir}/linked.log`), logs);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
