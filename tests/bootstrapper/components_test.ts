@@ -37,8 +37,8 @@ const GOOD_ENTRIES: Entry[] = [
   { name: "crictl", mode: 0o4755, content: "crictl binary" },
 ];
 
-/** The idle timeout of the stalled-server row (real time). */
-const IDLE_TIMEOUT_MS = 300;
+/** The idle timeout of the stalled-server row (real time; not a backoff's length, which resolve at once). */
+const IDLE_TIMEOUT_MS = 1_500;
 
 /**
  * A server whose first answer to each path sends the headers and a few bytes, then nothing more (a

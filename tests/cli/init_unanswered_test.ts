@@ -12,8 +12,8 @@ import { serveRpc } from "../../src/rpc/server.ts";
 import { createSelfSignedCertificate } from "../../src/x509/selfsigned.ts";
 import { DUMMY_ATTESTATION_CONFIG, fakeInitDependencies, INIT_SECRET } from "../support/init_fakes.ts";
 
-/** Runs `cli init` against a node whose kubeadm never ends; `abortAfterMs` stands for Ctrl-C. */
-async function unansweredInit(options: { initTimeoutMs: number; abortAfterMs?: number }): Promise<CliError> {
+/** Runs `cli init` against a node whose kubeadm never ends; `interrupt` stands for Ctrl-C once the Init is sent. */
+async function unansweredInit(options: { initTimeoutMs: number; interrupt?: boolean }): Promise<CliError> {
   const dir = await Deno.makeTempDir({ prefix: "cli-init-unanswered-" });
   // kubeadm never ends until the node stops (which cancels it).
   const world = fakeInitDependencies({
@@ -45,8 +45,14 @@ async function unansweredInit(options: { initTimeoutMs: number; abortAfterMs?: n
       timeoutMs: 10_000,
       initTimeoutMs: options.initTimeoutMs,
     };
-    const signal = options.abortAfterMs === undefined ? undefined : AbortSignal.timeout(options.abortAfterMs);
-    const progress = { phase: () => {}, done: () => {} };
+    const ctrlC = new AbortController();
+    const progress = {
+      phase: (phase: string) => {
+        if (options.interrupt && /the node initializes/.test(phase)) setTimeout(() => ctrlC.abort(), 100);
+      },
+      done: () => {},
+    };
+    const signal = options.interrupt ? ctrlC.signal : undefined;
     const error = await runInit(command, { progress, logger: silentLogger, print: () => {}, signal }).then(
       () => assert.fail("init succeeded"),
       (e) => e,
@@ -74,7 +80,7 @@ Deno.test("cli init: an Init that reached the node and got no answer says what t
     );
   });
   await t.step("interrupted (Ctrl-C) while the node works", async () => {
-    const error = await unansweredInit({ initTimeoutMs: 60_000, abortAfterMs: 1_000 });
+    const error = await unansweredInit({ initTimeoutMs: 60_000, interrupt: true });
     assert.equal(error.reason, "canceled");
     assert.match(error.message, /^init canceled\. The Init reached the node/);
   });
