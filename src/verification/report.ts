@@ -154,8 +154,13 @@ export async function verifyNodeEvidence(
   }
 }
 
-/** Rows from a passing verification: every value as reported. */
+/**
+ * Rows from a passing verification: every value as reported. A warn-only
+ * measurement the validator warned about is a mismatch, also when the
+ * evidence lacks it (a quote that does not cover the PCR).
+ */
 export function rowsFromVerification(config: AttestationConfig, verification: Verification): PcrRow[] {
+  const warned = new Set(verification.warnings.map((warning) => warning.index));
   return [...config.measurements].map(([index, measurement]) => {
     const expected = measurement.expected.toHex();
     const actual = verification.measurements[index]?.toLowerCase() ?? null;
@@ -164,7 +169,7 @@ export function rowsFromVerification(config: AttestationConfig, verification: Ve
       expected,
       actual,
       enforced: !measurement.warnOnly,
-      match: actual === null ? null : actual === expected,
+      match: warned.has(index) ? false : actual === null ? null : actual === expected,
     };
   });
 }
@@ -195,9 +200,17 @@ export function renderVerifyJson(result: VerifyResult): string {
   return `${JSON.stringify(result)}\n`;
 }
 
-/** The verdict in words: "attestation OK" or "attestation FAILED (<reason>)". */
+/**
+ * The verdict in words: "attestation OK" or "attestation FAILED (<reason>)";
+ * a pass with enforced measurements the evidence did not prove (a `dummy`
+ * config that lists some) says so.
+ */
 export function verdictText(result: VerifyResult): string {
-  return result.passed ? "attestation OK" : `attestation FAILED (${result.reason ?? "rejected"})`;
+  if (!result.passed) return `attestation FAILED (${result.reason ?? "rejected"})`;
+  const unproven = result.pcrs.filter((row) => row.enforced && row.match === null).length;
+  return unproven === 0
+    ? "attestation OK"
+    : `attestation OK, but ${unproven} enforced measurement(s) not proven: the ${result.variant} variant proves none`;
 }
 
 /** A row's policy in words: "enforced" or "warn-only". */

@@ -30,6 +30,7 @@ import {
   type NodeEvidence,
   policyText,
   renderVerifyJson,
+  rowsFromVerification,
   verdictText,
   verifyNodeEvidence,
   whyText,
@@ -159,6 +160,38 @@ Deno.test("the shared verification report on swtpm evidence", async (t) => {
     await issuer.close();
     await swtpm.stop();
   }
+});
+
+Deno.test("a passing verification's rows: a warn-only PCR the quote does not cover is a mismatch, not unknown", () => {
+  const expected0 = "11".repeat(32);
+  const expected9 = "99".repeat(32);
+  const config = parseOperatorAttestationConfig(JSON.stringify({
+    variant: "qemu-vtpm",
+    measurements: { "0": expected0, "9": { expected: expected9, warnOnly: true } },
+    akTrust: { allowedKeyDigests: ["ab".repeat(32)] },
+  }));
+  // The validator passed it: PCR 0 matched; PCR 9 (warn-only) was not in the quote, so it warned.
+  const rows = rowsFromVerification(config, {
+    variant: "qemu-vtpm",
+    measurements: { 0: expected0 },
+    warnings: [{ index: 9, expected: expected9, actual: null, enforced: false }],
+  });
+  assert.deepEqual(rows, [
+    { index: 0, expected: expected0, actual: expected0, enforced: true, match: true },
+    { index: 9, expected: expected9, actual: null, enforced: false, match: false },
+  ]);
+  const result = { node: NODE, variant: "qemu-vtpm", passed: true, pcrs: rows };
+  assert.deepEqual(rows.map(matchText), ["ok", "MISMATCH"]);
+  assert.equal(mismatchSummary(result), "mismatching: PCR[9] (warn-only)");
+});
+
+Deno.test("a pass that proved no enforced measurement (dummy evidence) says so in its verdict", () => {
+  const row = { index: 4, expected: "44".repeat(32), actual: null, enforced: true, match: null };
+  assert.equal(
+    verdictText({ node: NODE, variant: "dummy", passed: true, pcrs: [row] }),
+    "attestation OK, but 1 enforced measurement(s) not proven: the dummy variant proves none",
+  );
+  assert.equal(verdictText({ node: NODE, variant: "dummy", passed: true, pcrs: [] }), "attestation OK");
 });
 
 Deno.test("an evidence file that is not one is refused naming the field", () => {
