@@ -77,6 +77,8 @@ const fieldsByLowerKey = new Map(fields.map((field) => [jsonKeys[field].toLowerC
  * defaults to false. Throws {@linkcode ComponentsError}.
  */
 export function parseComponents(json: string): KubernetesComponent[] {
+  // A ConfigMap's data is typed, not checked: the API answer may hold anything there.
+  if (typeof json !== "string") throw new ComponentsError(`components JSON is not a string`);
   if (json.trim() === "") throw new ComponentsError("components JSON is empty");
   let value: unknown;
   try {

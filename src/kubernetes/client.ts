@@ -16,6 +16,7 @@ import type { ConfigMap, Secret } from "kubernetes-types/core/v1.d.ts";
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import { sleep } from "../async/sleep.ts";
 import { WorkPool } from "../limits/pool.ts";
+import { readLimited } from "../streams/read_limited.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
 import type { ConnectionConfig } from "./connection.ts";
 import { errorFromResponse, KubernetesError, unavailableError } from "./errors.ts";
@@ -105,6 +106,8 @@ export interface KubernetesClientOptions {
 
 /** Default bound on a client's requests in flight. */
 export const DEFAULT_MAX_CONCURRENT_REQUESTS = 16;
+/** Largest answer read (an object in etcd is at most about 1.5 MiB; no call here lists). */
+export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
 
 /**
  * How long an idle connection is kept for the next request. Below the 5 s
@@ -408,19 +411,34 @@ export class KubernetesClient implements Disposable {
         client: this.#http,
       });
       status = response.status;
-      text = await response.text();
+      const body = await readLimited(response.body, MAX_RESPONSE_BYTES);
+      if (body === undefined) {
+        throw new KubernetesError(
+          "Unknown",
+          status,
+          `kubernetes: ${request.name}: the response is larger than ${MAX_RESPONSE_BYTES} bytes`,
+        );
+      }
+      text = new TextDecoder().decode(body);
     } catch (error) {
       if (signal.aborted) throw signal.reason;
+      if (error instanceof KubernetesError) throw error;
       throw unavailableError(request.name, `cannot reach the API server at ${this.server}`, error, {
         usesClientCertificate: this.#connection.clientCertificate !== undefined,
       });
     }
     if (status < 200 || status > 299) throw errorFromResponse(request.name, status, text);
+    let parsed: unknown;
     try {
-      return JSON.parse(text) as T;
+      parsed = JSON.parse(text);
     } catch {
       throw new KubernetesError("Unknown", status, `kubernetes: ${request.name}: the response is not JSON`);
     }
+    // Every call here answers one object (no lists): anything else would surface later as a TypeError.
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+      throw new KubernetesError("Unknown", status, `kubernetes: ${request.name}: the response is not a JSON object`);
+    }
+    return parsed as T;
   }
 }
 

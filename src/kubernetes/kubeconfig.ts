@@ -60,6 +60,14 @@ export interface KubeconfigUser {
   tokenFile?: string;
   /** Present only to be rejected with a clear error. */
   exec?: unknown;
+  /** Impersonation (refused). */
+  as?: unknown;
+  /** Impersonation (refused). */
+  "as-uid"?: unknown;
+  /** Impersonation (refused). */
+  "as-groups"?: unknown;
+  /** Impersonation (refused). */
+  "as-user-extra"?: unknown;
   /** Present only to be rejected with a clear error. */
   "auth-provider"?: unknown;
   /** Present only to be rejected with a clear error. */
@@ -210,6 +218,14 @@ export async function resolveConnection(
         `${userLabel} uses basic authentication, which is not supported`,
       );
     }
+    // Not applied, so refused: the requests would run as the underlying (usually mightier) identity.
+    const impersonation = IMPERSONATION_FIELDS.filter((field) => user[field] !== undefined);
+    if (impersonation.length > 0) {
+      throw new KubeconfigError(
+        "unsupported",
+        `${userLabel} uses impersonation (${impersonation.join(", ")}), which is not supported`,
+      );
+    }
 
     let certPem: string | undefined;
     if (user["client-certificate-data"]) {
@@ -349,7 +365,13 @@ const userFields: FieldTypes = {
   exec: "any",
   "auth-provider": "any",
   username: "string",
+  as: "any",
+  "as-uid": "any",
+  "as-groups": "any",
+  "as-user-extra": "any",
 };
+/** A user's impersonation settings (kubectl's --as and friends). */
+const IMPERSONATION_FIELDS = ["as", "as-uid", "as-groups", "as-user-extra"] as const;
 
 /** Reads a list of `{name, <key>: {...}}` entries, checking field types and unique names. */
 function namedEntries<K extends string, T>(
@@ -425,7 +447,13 @@ function parseServerUrl(server: string, clusterLabel: string): string {
   try {
     url = new URL(server);
   } catch {
-    throw new KubeconfigError("malformed", `server of ${clusterLabel} is not a URL: "${server}"`);
+    // Echoed unless it may hold a password (user:password@host).
+    const shown = server.includes("@") ? "" : `: "${server}"`;
+    throw new KubeconfigError("malformed", `server of ${clusterLabel} is not a URL${shown}`);
+  }
+  if (url.username || url.password) {
+    // Not echoed: the URL holds a password.
+    throw new KubeconfigError("unsupported", `server of ${clusterLabel} carries user information, which is not supported`);
   }
   if (url.protocol !== "https:") {
     throw new KubeconfigError("unsupported", `server of ${clusterLabel} is not https: "${server}"`);

@@ -103,6 +103,13 @@ Deno.test("malformed components give errors naming the component and field", () 
       return true;
     });
   }
+  // A ConfigMap's data as the API answered it, typed but unchecked: not a string.
+  for (const value of [5, null, ["x"]]) {
+    assert.throws(
+      () => parseComponents(value as unknown as string),
+      (error) => error instanceof ComponentsError && error.message === "components JSON is not a string",
+    );
+  }
 });
 
 Deno.test("the ConfigMap name is k8s-components- plus the hash of the concatenated component hashes", async () => {

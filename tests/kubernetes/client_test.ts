@@ -5,6 +5,7 @@ import {
   type CustomResourceType,
   KubernetesClient,
   type KubernetesClientOptions,
+  MAX_RESPONSE_BYTES,
 } from "../../src/kubernetes/client.ts";
 import { KubernetesError, type KubernetesErrorReason } from "../../src/kubernetes/errors.ts";
 import { KubeconfigError, parseKubeconfig, resolveConnection } from "../../src/kubernetes/kubeconfig.ts";
@@ -15,7 +16,8 @@ import {
   NODE_VERSIONS,
   startFakeApiServer,
 } from "../support/fake_apiserver.ts";
-import { createTestCa, issueCert } from "../support/pki.ts";
+import { staticToken } from "../../src/kubernetes/token.ts";
+import { createTestCa, issueCert, issueLoopbackServerCert } from "../support/pki.ts";
 
 const b64 = (text: string) => btoa(text);
 const tokenSecretValue = "0123456789abcdef";
@@ -612,4 +614,59 @@ Deno.test("client: unusable TLS credentials are a KubeconfigError that does not 
       error.message.startsWith(`loading TLS credentials for ${server.url}: `) &&
       !error.message.includes("Z2FyYmFnZS1rZXktbWF0ZXJpYWw"),
   );
+});
+
+Deno.test("client: an answer over the size bound, or one that is not a JSON object, is refused by name", async (t) => {
+  // A TLS server standing in for a hostile API server (or one behind a hostile proxy).
+  const ca = await createTestCa("CN=answer-test-ca");
+  const serverCert = await issueLoopbackServerCert(ca, "CN=kube-apiserver");
+  let answer: () => BodyInit = () => "{}";
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, cert: serverCert.certPem, key: serverCert.keyPem, onListen: () => {} },
+    () => new Response(answer(), { headers: { "content-type": "application/json" } }),
+  );
+  const client = new KubernetesClient(
+    {
+      server: `https://127.0.0.1:${server.addr.port}`,
+      caPem: ca.certPem,
+      token: staticToken("token"),
+      namespace: "default",
+    },
+    { retryDelayMs: 10, getAttempts: 1 },
+  );
+  try {
+    await t.step("a body over 8 MiB: refused without reading it all", async () => {
+      const chunk = new Uint8Array(1024 * 1024).fill(0x20);
+      let sent = 0;
+      answer = () =>
+        new ReadableStream({
+          pull: (controller) => {
+            // An endless body: the client must stop reading, not buffer it.
+            sent += chunk.length;
+            controller.enqueue(chunk);
+          },
+        });
+      await assertKubernetesError(
+        client.getConfigMap("kube-system", "x"),
+        "Unknown",
+        200,
+        `kubernetes: get configmaps kube-system/x: the response is larger than ${MAX_RESPONSE_BYTES} bytes`,
+      );
+      assert.ok(sent < 64 * 1024 * 1024, `the server sent ${sent} bytes`);
+    });
+    for (const body of ["null", "[]", '"text"', "42"]) {
+      await t.step(`${body}: not a JSON object`, async () => {
+        answer = () => body;
+        await assertKubernetesError(
+          client.getConfigMap("kube-system", "x"),
+          "Unknown",
+          200,
+          "kubernetes: get configmaps kube-system/x: the response is not a JSON object",
+        );
+      });
+    }
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
 });

@@ -261,6 +261,35 @@ Deno.test("kubeconfig: unsupported and malformed entries give clear errors", asy
     "unsupported",
     'server of cluster "kubernetes" is not https: "http://10.0.0.1:8080"',
   );
+  // Impersonation is not applied, so it is refused: the calls would run as the underlying identity.
+  for (const field of ["as", "as-uid", "as-groups", "as-user-extra"]) {
+    await assertKubeconfigError(
+      resolve(
+        adminConf({
+          users: [{
+            name: "kubernetes-admin",
+            user: {
+              "client-certificate-data": b64(admin.certPem),
+              "client-key-data": b64(admin.keyPem),
+              [field]: "x",
+            },
+          }],
+        }),
+      ),
+      "unsupported",
+      `user "kubernetes-admin" uses impersonation (${field}), which is not supported`,
+    );
+  }
+  // A password in the server URL is refused and never repeated (the messages are matched whole).
+  for (const server of ["https://admin:hunter2@10.0.0.1:6443", "https://admin:hunter2@[bad"]) {
+    await assertKubeconfigError(
+      resolve(adminConf({ clusters: [{ name: "kubernetes", cluster: { server } }] })),
+      server.endsWith("[bad") ? "malformed" : "unsupported",
+      server.endsWith("[bad")
+        ? 'server of cluster "kubernetes" is not a URL'
+        : 'server of cluster "kubernetes" carries user information, which is not supported',
+    );
+  }
   await assertKubeconfigError(
     resolve(
       adminConf({
