@@ -436,7 +436,11 @@ export class KubernetesClient implements Disposable {
     }
     // Every call here answers one object (no lists): anything else would surface later as a TypeError.
     if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
-      throw new KubernetesError("Unknown", status, `kubernetes: ${request.name}: the response is not a JSON object`);
+      throw new KubernetesError(
+        "Unknown",
+        status,
+        `kubernetes: ${request.name}: the response is not a JSON object`,
+      );
     }
     return parsed as T;
   }

@@ -453,7 +453,10 @@ function parseServerUrl(server: string, clusterLabel: string): string {
   }
   if (url.username || url.password) {
     // Not echoed: the URL holds a password.
-    throw new KubeconfigError("unsupported", `server of ${clusterLabel} carries user information, which is not supported`);
+    throw new KubeconfigError(
+      "unsupported",
+      `server of ${clusterLabel} carries user information, which is not supported`,
+    );
   }
   if (url.protocol !== "https:") {
     throw new KubeconfigError("unsupported", `server of ${clusterLabel} is not https: "${server}"`);
