@@ -45,11 +45,13 @@ export interface ChallengeNoncesOptions {
   clock: Clock;
   /** How long an issued nonce stays valid; default 2 minutes. */
   lifetimeMs?: number;
-  /** Most consumed, unexpired nonces remembered; default 65,536. */
+  /** Most consumed nonces remembered (each until its expiry plus `maxClockSkewMs`); default 65,536. */
   maxTracked?: number;
   /**
    * How far another replica's clock may run ahead: a nonce expiring later
-   * than now + lifetime + this is rejected as not yet valid. Default 30 s.
+   * than now + lifetime + this is rejected as not yet valid. Also how long
+   * past its expiry a consumed nonce is remembered, so this clock stepping
+   * back by up to this much cannot make it acceptable again. Default 30 s.
    */
   maxClockSkewMs?: number;
 }
@@ -82,9 +84,10 @@ export class ChallengeNonces {
   readonly #maxTracked: number;
   readonly #maxClockSkewMs: number;
   /** Consumed nonces (hex of the random part) and their expiry. */
+  /** Consumed nonces by their random part, with when they may be forgotten (expiry plus the skew). */
   readonly #consumed = new Map<string, number>();
-  /** Earliest expiry in `#consumed`: before it, pruning would free nothing. */
-  #earliestExpiry = Infinity;
+  /** Earliest time in `#consumed`: before it, pruning would free nothing. */
+  #earliestForget = Infinity;
   #nextPruneAt = 0;
 
   /** Nonces under `options.key`; throws `RangeError` for a key of the wrong length or a bad option. */
@@ -166,23 +169,25 @@ export class ChallengeNonces {
         "too many attested requests in flight; retry after a short wait with a new challenge",
       );
     }
-    this.#consumed.set(id, expiresAt);
-    this.#earliestExpiry = Math.min(this.#earliestExpiry, expiresAt);
+    const forgetAt = expiresAt + this.#maxClockSkewMs;
+    this.#consumed.set(id, forgetAt);
+    this.#earliestForget = Math.min(this.#earliestForget, forgetAt);
   }
 
   /**
-   * Forgets consumed nonces that have expired (they are rejected as expired
-   * anyway). Scans only when something can have expired, so a full set of
-   * unexpired nonces costs nothing per call.
+   * Forgets consumed nonces expired for longer than the allowed skew (they
+   * are rejected as expired anyway, unless the clock steps back further).
+   * Scans only when something can be forgotten, so a full set of live
+   * nonces costs nothing per call.
    */
   #prune(now: number): void {
-    if (now < this.#earliestExpiry) return;
+    if (now < this.#earliestForget) return;
     let earliest = Infinity;
-    for (const [id, expiresAt] of this.#consumed) {
-      if (now >= expiresAt) this.#consumed.delete(id);
-      else earliest = Math.min(earliest, expiresAt);
+    for (const [id, forgetAt] of this.#consumed) {
+      if (now >= forgetAt) this.#consumed.delete(id);
+      else earliest = Math.min(earliest, forgetAt);
     }
-    this.#earliestExpiry = earliest;
+    this.#earliestForget = earliest;
     this.#nextPruneAt = now + this.#lifetimeMs;
   }
 }

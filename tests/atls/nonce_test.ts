@@ -1,17 +1,29 @@
 import assert from "node:assert/strict";
 import { ExchangeError } from "../../src/atls/errors.ts";
-import { ChallengeNonces, DEFAULT_NONCE_LIFETIME_MS, NONCE_LENGTH } from "../../src/atls/nonce.ts";
+import {
+  ChallengeNonces,
+  DEFAULT_MAX_CLOCK_SKEW_MS,
+  DEFAULT_NONCE_LIFETIME_MS,
+  NONCE_LENGTH,
+} from "../../src/atls/nonce.ts";
 import { ManualClock } from "../support/manual_clock.ts";
 
 const START = Date.UTC(2026, 0, 1);
 const key = Uint8Array.from({ length: 32 }, (_, i) => i);
 const fromHex = (s: string) => Uint8Array.from(s.match(/../g)!, (b) => parseInt(b, 16));
 
-function nonces(options: { clock?: ManualClock; maxTracked?: number; key?: Uint8Array } = {}) {
+function nonces(
+  options: { clock?: ManualClock; maxTracked?: number; key?: Uint8Array; maxClockSkewMs?: number } = {},
+) {
   const clock = options.clock ?? new ManualClock(START);
   return {
     clock,
-    nonces: new ChallengeNonces({ key: options.key ?? key, clock, maxTracked: options.maxTracked }),
+    nonces: new ChallengeNonces({
+      key: options.key ?? key,
+      clock,
+      maxTracked: options.maxTracked,
+      maxClockSkewMs: options.maxClockSkewMs,
+    }),
   };
 }
 
@@ -119,8 +131,9 @@ Deno.test("a nonce expiring beyond this verifier's lifetime plus skew is not yet
   await nonces().nonces.consume((await nonces({ clock: slightlyAhead }).nonces.issue()).nonce);
 });
 
-Deno.test("when full, new nonces are refused as retryable until tracked ones expire", async () => {
-  const { clock, nonces: n } = nonces({ maxTracked: 2 });
+Deno.test("when full, new nonces are refused as retryable until tracked ones are forgotten", async () => {
+  const skew = 500;
+  const { clock, nonces: n } = nonces({ maxTracked: 2, maxClockSkewMs: skew });
   const first = await n.issue();
   clock.time += 1000;
   const second = await n.issue();
@@ -133,20 +146,35 @@ Deno.test("when full, new nonces are refused as retryable until tracked ones exp
   await rejectsWith(n.consume(second.nonce), "nonce-replayed");
   assert.equal(n.trackedCount, 2);
 
-  clock.time = first.expiresAt; // the first expires and is pruned; the second and third are alive
+  // The first is forgotten once expired for the allowed skew; the second and third are alive.
+  clock.time = first.expiresAt + skew;
   await n.consume(third.nonce);
   assert.equal(n.trackedCount, 2);
   await rejectsWith(n.consume(second.nonce), "nonce-replayed");
   await rejectsWith(n.consume(third.nonce), "nonce-replayed");
 });
 
-Deno.test("expired nonces are pruned from the single-use set", async () => {
+Deno.test("nonces expired for longer than the skew are pruned from the single-use set", async () => {
   const { clock, nonces: n } = nonces();
   for (let i = 0; i < 5; i++) await n.consume((await n.issue()).nonce);
   assert.equal(n.trackedCount, 5);
   clock.time += DEFAULT_NONCE_LIFETIME_MS;
   await n.consume((await n.issue()).nonce);
-  assert.equal(n.trackedCount, 1);
+  assert.equal(n.trackedCount, 6, "expired, still remembered for the skew");
+  clock.time += DEFAULT_MAX_CLOCK_SKEW_MS;
+  await n.consume((await n.issue()).nonce);
+  assert.equal(n.trackedCount, 2);
+});
+
+Deno.test("a clock stepped back by up to the skew does not let a used nonce in again", async () => {
+  const { clock, nonces: n } = nonces();
+  const used = await n.issue();
+  await n.consume(used.nonce);
+  // Time passes beyond its expiry; another call prunes; then NTP steps the clock back.
+  clock.time = used.expiresAt + 1000;
+  await n.consume((await n.issue()).nonce);
+  clock.time = used.expiresAt - 1;
+  await rejectsWith(n.consume(used.nonce), "nonce-replayed");
 });
 
 Deno.test("options are validated", () => {
