@@ -56,7 +56,7 @@ import {
   updateAttestationConfig,
 } from "./services.ts";
 import type { ClusterStatus, NodeStatus } from "./status.ts";
-import { writeStatus } from "./status.ts";
+import { STOP_GRACE_MS, writeStatus } from "./status.ts";
 import type { Swtpm } from "./swtpm.ts";
 
 /** The Kubernetes version the local cluster asks for. */
@@ -288,7 +288,7 @@ class Cluster implements LocalCluster {
       state: "starting",
       stateDir: options.stateDir,
       supervisorPid: Deno.pid,
-      network: { kind: "loopback", hostAddress: "", bridge: "", namespaces: [] },
+      network: { kind: "loopback", hostAddress: "", bridge: "", namespaces: [], owner: "" },
       startedAt: rfc3339(Date.now()),
       kubeconfig: this.paths.adminConf,
       logs: this.paths.logs,
@@ -314,6 +314,7 @@ class Cluster implements LocalCluster {
 
     this.#network = await createNetwork({
       kind: this.#options.network ?? "auto",
+      owner: stateDir,
       onNames: async (names) => {
         this.status.network = { ...this.status.network, ...names, namespaces: [...names.namespaces] };
         await this.#changed();
@@ -521,7 +522,8 @@ class Cluster implements LocalCluster {
       ...[...this.#nodes.values()].flatMap((node) => [...node.services, node.bootstrapper]),
       ...this.#others,
     ];
-    await Promise.all(processes.map((process) => process?.stop()));
+    // A process that ignores SIGTERM (a bootstrapper past its node lock) must not hold the teardown.
+    await Promise.all(processes.map((process) => process?.stop("SIGTERM", { killAfterMs: STOP_GRACE_MS })));
     await Promise.all([...this.#nodes.values()].map((node) => node.tpm.stop()));
     await this.#metadata?.[Symbol.asyncDispose]();
     if (this.#network?.kind === "netns") await removeNetwork(this.#network.names);

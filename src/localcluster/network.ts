@@ -33,6 +33,12 @@ export interface NetworkNames {
   bridge: string;
   /** The node namespaces, in creation order. */
   namespaces: string[];
+  /**
+   * Who created them (the cluster's state directory), also set as the
+   * bridge's interface alias: a later cluster may take the same names once
+   * these are gone, and removing by name must not take its network.
+   */
+  owner: string;
 }
 
 /** One node's place in the network. */
@@ -68,6 +74,8 @@ export interface ClusterNetwork {
 export interface CreateNetworkOptions {
   /** "auto" picks netns when {@linkcode netnsAvailable}. */
   kind: NetworkKind | "auto";
+  /** Who creates it (the cluster's state directory); {@linkcode NetworkNames.owner}. */
+  owner: string;
   /** Called with the names whenever they grow (the bridge once it is ours, a namespace before it is made). */
   onNames?: (names: NetworkNames) => Promise<void>;
 }
@@ -108,14 +116,14 @@ function bridgeMac(subnet: number): string {
 export async function createNetwork(options: CreateNetworkOptions): Promise<ClusterNetwork> {
   const kind = options.kind === "auto" ? (await netnsAvailable() ? "netns" : "loopback") : options.kind;
   if (kind === "loopback") return loopbackNetwork();
-  return await netnsNetwork(options.onNames ?? (() => Promise.resolve()));
+  return await netnsNetwork(options.owner, options.onNames ?? (() => Promise.resolve()));
 }
 
 function loopbackNetwork(): ClusterNetwork {
   return {
     kind: "loopback",
     hostAddress: "127.0.0.1",
-    names: { bridge: "", namespaces: [] },
+    names: { bridge: "", namespaces: [], owner: "" },
     addNode(index) {
       // The first control plane is the one node reachable: its join service is dialed at 127.0.0.1.
       const address = index === 0 ? "127.0.0.1" : `${LOOPBACK_CLAIM_PREFIX}${10 + index}`;
@@ -129,8 +137,11 @@ function loopbackNetwork(): ClusterNetwork {
   };
 }
 
-async function netnsNetwork(onNames: (names: NetworkNames) => Promise<void>): Promise<ClusterNetwork> {
-  const names: NetworkNames = { bridge: "", namespaces: [] };
+async function netnsNetwork(
+  owner: string,
+  onNames: (names: NetworkNames) => Promise<void>,
+): Promise<ClusterNetwork> {
+  const names: NetworkNames = { bridge: "", namespaces: [], owner };
   let subnet = -1;
   for (let n = 0; n < SUBNETS && subnet < 0; n++) {
     const bridge = `${BRIDGE_PREFIX}${n}`;
@@ -141,6 +152,8 @@ async function netnsNetwork(onNames: (names: NetworkNames) => Promise<void>): Pr
       if (/exists/i.test(created.stderr)) continue;
       throw new Error(`cannot create the cluster bridge: ip link add: ${stderrExcerpt(created.stderr)}`);
     }
+    // Marked ours before it is recorded: a removal by name checks the mark.
+    await ip(["link", "set", bridge, "alias", owner]);
     names.bridge = bridge;
     subnet = n;
     await onNames(names);
@@ -186,9 +199,18 @@ async function netnsNetwork(onNames: (names: NetworkNames) => Promise<void>): Pr
 /**
  * Removes a netns network by its names: kills what still runs in each
  * namespace, deletes the namespaces (their veth pairs go with them) and the
- * bridge. Missing ones are skipped; it is safe to call twice.
+ * bridge. Missing ones are skipped; it is safe to call twice. A bridge of
+ * that name marked with another owner belongs to another cluster (these
+ * names were removed and taken again): then nothing is touched, and false
+ * is returned.
  */
-export async function removeNetwork(names: NetworkNames): Promise<void> {
+export async function removeNetwork(names: NetworkNames): Promise<boolean> {
+  if (names.bridge !== "") {
+    const show = await runTool("ip", ["-j", "-d", "link", "show", "dev", names.bridge]);
+    // An unreadable answer is treated as another owner's: never remove what might not be ours.
+    const alias = show.success ? parseAlias(show.stdout) : null;
+    if (show.success && alias !== names.owner) return false;
+  }
   for (const namespace of names.namespaces) {
     const pids = await runTool("ip", ["netns", "pids", namespace]);
     for (const pid of pids.success ? pids.stdout.split(/\s+/).filter((p) => p !== "") : []) {
@@ -197,6 +219,17 @@ export async function removeNetwork(names: NetworkNames): Promise<void> {
     await runTool("ip", ["netns", "del", namespace]);
   }
   if (names.bridge !== "") await runTool("ip", ["link", "del", names.bridge]);
+  return true;
+}
+
+/** The interface alias in `ip -j link show`'s answer; null when there is none or it cannot be read. */
+function parseAlias(json: string): string | null {
+  try {
+    const alias = JSON.parse(json)?.[0]?.ifalias;
+    return typeof alias === "string" ? alias : null;
+  } catch {
+    return null;
+  }
 }
 
 async function ip(args: string[]): Promise<void> {

@@ -119,7 +119,7 @@ export async function isClusterProcess(pid: number, stateDir: string): Promise<b
 }
 
 /** How long processes get to exit after SIGTERM before SIGKILL. */
-const STOP_GRACE_MS = 5_000;
+export const STOP_GRACE_MS = 5_000;
 
 /**
  * Stops everything `status` lists: `cluster up` first (so it starts nothing

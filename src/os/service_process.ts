@@ -46,8 +46,12 @@ export interface RunningService {
   readonly status: Promise<Deno.CommandStatus>;
   /** Resolves with the first stderr or stdout line (already seen or to come) matching `match`. */
   waitForLine(match: RegExp, timeoutMs?: number): Promise<string>;
-  /** Sends `signal` (default SIGTERM) if the process still runs; resolves to its exit status. */
-  stop(signal?: Deno.Signal): Promise<Deno.CommandStatus>;
+  /**
+   * Sends `signal` (default SIGTERM) if the process still runs; resolves to
+   * its exit status. With `killAfterMs`, a process still running then gets
+   * SIGKILL (one that ignores the signal cannot hold its caller).
+   */
+  stop(signal?: Deno.Signal, options?: { killAfterMs?: number }): Promise<Deno.CommandStatus>;
 }
 
 /** The result of {@linkcode runToExit}. */
@@ -208,15 +212,19 @@ function spawn(
     stderrLines,
     status,
     waitForLine,
-    stop(signal: Deno.Signal = "SIGTERM") {
-      if (!exited) {
+    stop(signal: Deno.Signal = "SIGTERM", options: { killAfterMs?: number } = {}) {
+      const send = (s: Deno.Signal) => {
+        if (exited) return;
         try {
-          child.kill(signal);
+          child.kill(s);
         } catch {
           // Already exited between the check and the kill.
         }
-      }
-      return status;
+      };
+      send(signal);
+      if (options.killAfterMs === undefined || exited) return status;
+      const timer = setTimeout(() => send("SIGKILL"), options.killAfterMs);
+      return status.finally(() => clearTimeout(timer));
     },
   };
 }

@@ -27,7 +27,7 @@ Deno.test({
   name: "netns network: a node joining does not cut the others off from the host",
   ignore: !(await netnsAvailable()),
   async fn(t) {
-    const network = await createNetwork({ kind: "netns" });
+    const network = await createNetwork({ kind: "netns", owner: "/tmp/network-test-a" });
     const { bridge } = network.names;
     // The host side of the network: what the metadata and Kubernetes APIs are to nodes.
     const server = Deno.serve(
@@ -68,6 +68,37 @@ Deno.test({
     } finally {
       await server.shutdown();
       await removeNetwork(network.names);
+    }
+  },
+});
+
+Deno.test({
+  name: "netns network: removing by names another cluster took since leaves that cluster's network alone",
+  ignore: !(await netnsAvailable()),
+  async fn() {
+    const first = await createNetwork({ kind: "netns", owner: "/tmp/network-test-first" });
+    await first.addNode(0);
+    const stale = structuredClone(first.names);
+    assert.equal(await removeNetwork(first.names), true);
+    // The next cluster takes the first free bridge name: often the same one.
+    let second = await createNetwork({ kind: "netns", owner: "/tmp/network-test-second" });
+    const others = [];
+    while (second.names.bridge !== stale.bridge && others.length < 4) {
+      // A parallel cluster took the name in between; try again (the names taken meanwhile are removed below).
+      others.push(second);
+      second = await createNetwork({ kind: "netns", owner: "/tmp/network-test-second" });
+    }
+    try {
+      assert.equal(second.names.bridge, stale.bridge);
+      await second.addNode(0);
+      // `cluster down` again on the first cluster's state: its names, not its network.
+      assert.equal(await removeNetwork(stale), false);
+      const bridge = await runTool("ip", ["link", "show", "dev", second.names.bridge]);
+      assert.ok(bridge.success, "the second cluster's bridge is still there");
+      const namespace = await runTool("ip", ["netns", "pids", second.names.namespaces[0]]);
+      assert.ok(namespace.success, "and its namespace");
+    } finally {
+      for (const network of [second, ...others]) await removeNetwork(network.names);
     }
   },
 });

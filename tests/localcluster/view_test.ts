@@ -28,7 +28,7 @@ function cluster(nodes: NodeStatus[], fields: Partial<ClusterStatus> = {}): Clus
     state: "starting",
     stateDir,
     supervisorPid: 4242,
-    network: { kind: "loopback", hostAddress: "127.0.0.1", bridge: "", namespaces: [] },
+    network: { kind: "loopback", hostAddress: "127.0.0.1", bridge: "", namespaces: [], owner: "" },
     startedAt: "2026-01-01T00:00:00Z",
     kubeconfig: `${stateDir}/admin.conf`,
     logs: `${stateDir}/logs`,
@@ -270,7 +270,13 @@ Deno.test("the summary says how many nodes joined, where everything is and how t
       name: "a netns network names its bridge and the host's address",
       status: cluster([node("control-plane-0", { phase: "joined" })], {
         state: "stopped",
-        network: { kind: "netns", hostAddress: "10.42.3.1", bridge: "c11n3", namespaces: ["c11n3-node0"] },
+        network: {
+          kind: "netns",
+          hostAddress: "10.42.3.1",
+          bridge: "c11n3",
+          namespaces: ["c11n3-node0"],
+          owner: "/tmp/state",
+        },
       }),
       want: ["Cluster stopped: 1 of 1 nodes joined (network: netns, bridge c11n3 at 10.42.3.1).\n"],
     },
