@@ -74,8 +74,9 @@ function positiveInteger(name: string, value: number): number {
  *
  * When the single-use set is full of unexpired nonces, {@linkcode consume}
  * rejects further nonces with the retryable reason `nonce-capacity` rather
- * than forgetting any unexpired one, so a replay can never slip through;
- * room frees as tracked nonces expire (within one lifetime).
+ * than forgetting any it still remembers, so a replay can never slip
+ * through; room frees as tracked nonces are forgotten (at most a lifetime
+ * and twice the skew after they were consumed).
  */
 export class ChallengeNonces {
   readonly #key: Uint8Array;
@@ -83,8 +84,7 @@ export class ChallengeNonces {
   readonly #lifetimeMs: number;
   readonly #maxTracked: number;
   readonly #maxClockSkewMs: number;
-  /** Consumed nonces (hex of the random part) and their expiry. */
-  /** Consumed nonces by their random part, with when they may be forgotten (expiry plus the skew). */
+  /** Consumed nonces by their random part (hex), with when they may be forgotten (expiry plus the skew). */
   readonly #consumed = new Map<string, number>();
   /** Earliest time in `#consumed`: before it, pruning would free nothing. */
   #earliestForget = Infinity;

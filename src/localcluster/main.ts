@@ -127,12 +127,13 @@ async function status(stateDir: string, output: "table" | "json"): Promise<numbe
 async function down(stateDir: string): Promise<number> {
   const status = await readStatus(stateDir);
   if (status === undefined) throw new Error(`no cluster in ${stateDir}`);
-  const stopped = await stopCluster(status);
-  print(
-    `Stopped ${stopped.length} process(es)${
-      status.network.kind === "netns" ? ", removed the network" : ""
-    }.\n`,
-  );
+  const { stopped, network } = await stopCluster(status);
+  const what = {
+    removed: ", removed the network",
+    "not-ours": `, left the network: bridge ${status.network.bridge} belongs to another cluster now`,
+    none: "",
+  }[network];
+  print(`Stopped ${stopped.length} process(es)${what}.\n`);
   return 0;
 }
 

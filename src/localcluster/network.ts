@@ -36,9 +36,10 @@ export interface NetworkNames {
   /**
    * Who created them (the cluster's state directory), also set as the
    * bridge's interface alias: a later cluster may take the same names once
-   * these are gone, and removing by name must not take its network.
+   * these are gone, and removing by name must not take its network. Absent
+   * in status files written before it existed (their bridges have no alias).
    */
-  owner: string;
+  owner?: string;
 }
 
 /** One node's place in the network. */
@@ -152,8 +153,14 @@ async function netnsNetwork(
       if (/exists/i.test(created.stderr)) continue;
       throw new Error(`cannot create the cluster bridge: ip link add: ${stderrExcerpt(created.stderr)}`);
     }
-    // Marked ours before it is recorded: a removal by name checks the mark.
-    await ip(["link", "set", bridge, "alias", owner]);
+    // Marked ours before it is recorded: a removal by name checks the mark. Unmarked, it is not kept.
+    const marked = await runTool("ip", ["link", "set", bridge, "alias", owner]);
+    if (!marked.success) {
+      await runTool("ip", ["link", "del", bridge]);
+      throw new Error(
+        `cannot mark the cluster bridge ${bridge} as ${owner}: ${stderrExcerpt(marked.stderr)}`,
+      );
+    }
     names.bridge = bridge;
     subnet = n;
     await onNames(names);
@@ -209,7 +216,7 @@ export async function removeNetwork(names: NetworkNames): Promise<boolean> {
     const show = await runTool("ip", ["-j", "-d", "link", "show", "dev", names.bridge]);
     // An unreadable answer is treated as another owner's: never remove what might not be ours.
     const alias = show.success ? parseAlias(show.stdout) : null;
-    if (show.success && alias !== names.owner) return false;
+    if (show.success && alias !== (names.owner ?? null)) return false;
   }
   for (const namespace of names.namespaces) {
     const pids = await runTool("ip", ["netns", "pids", namespace]);

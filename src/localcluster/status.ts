@@ -121,12 +121,20 @@ export async function isClusterProcess(pid: number, stateDir: string): Promise<b
 /** How long processes get to exit after SIGTERM before SIGKILL. */
 export const STOP_GRACE_MS = 5_000;
 
+/** What {@linkcode stopCluster} did. */
+export interface StopResult {
+  /** The processes that were still running. */
+  stopped: ProcessRecord[];
+  /** "removed"; "not-ours" when the bridge of its name now belongs to another cluster; "none" on loopback. */
+  network: "removed" | "not-ours" | "none";
+}
+
 /**
  * Stops everything `status` lists: `cluster up` first (so it starts nothing
  * more), then every process (SIGTERM, SIGKILL after {@linkcode STOP_GRACE_MS}),
- * then the network. Resolves to the processes that were still running.
+ * then the network, if it is still this cluster's.
  */
-export async function stopCluster(status: ClusterStatus): Promise<ProcessRecord[]> {
+export async function stopCluster(status: ClusterStatus): Promise<StopResult> {
   const records = [{ name: "cluster up", pid: status.supervisorPid }, ...status.processes];
   const running: ProcessRecord[] = [];
   for (const record of records) {
@@ -140,8 +148,8 @@ export async function stopCluster(status: ClusterStatus): Promise<ProcessRecord[
     left = await filterAsync(left, (record) => isClusterProcess(record.pid, status.stateDir));
   }
   for (const record of left) await signalProcess(record.pid, "SIGKILL");
-  if (status.network.kind === "netns") await removeNetwork(status.network);
-  return running;
+  if (status.network.kind !== "netns") return { stopped: running, network: "none" };
+  return { stopped: running, network: await removeNetwork(status.network) ? "removed" : "not-ours" };
 }
 
 async function filterAsync<T>(items: T[], keep: (item: T) => Promise<boolean>): Promise<T[]> {
