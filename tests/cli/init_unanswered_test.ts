@@ -16,14 +16,7 @@ import { DUMMY_ATTESTATION_CONFIG, fakeInitDependencies, INIT_SECRET } from "../
 async function unansweredInit(options: { initTimeoutMs: number; interrupt?: boolean }): Promise<CliError> {
   const dir = await Deno.makeTempDir({ prefix: "cli-init-unanswered-" });
   // kubeadm never ends until the node stops (which cancels it).
-  const world = fakeInitDependencies({
-    cluster: {
-      initialize: (_params, o) =>
-        new Promise((_resolve, reject) =>
-          o?.signal?.addEventListener("abort", () => reject(o.signal!.reason))
-        ),
-    },
-  });
+  const world = fakeInitDependencies({ clusterNeverEnds: true });
   const server = await serveRpc({
     hostname: "127.0.0.1",
     port: 0,

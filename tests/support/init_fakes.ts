@@ -88,6 +88,8 @@ export interface InitFakeOverrides extends Partial<InitServerDependencies> {
   clusterFails?: string;
   /** The cluster initializer waits for this before answering. */
   clusterGate?: Promise<void>;
+  /** The cluster initializer (a kubeadm or component server that never answers) ends only when cancelled. */
+  clusterNeverEnds?: boolean;
   /** Bytes of the fake node logs. */
   nodeLogs?: string;
   /** Server options. */
@@ -99,8 +101,9 @@ export interface InitWorld {
   server: InitServer;
   deps: InitServerDependencies;
   /**
-   * Effects in order: "lock <hex>", "onLocked", "disk uuid", "passphrase <hex>", "initialize <clusterName>",
-   * "node state <role> <hex>", and "node state removed" after a failure past the lock.
+   * Effects in order: "lock <hex>", "onLocked", "disk uuid", "passphrase <hex>", "initialize <clusterName>"
+   * (then "initialize cancelled" if `clusterNeverEnds` and its signal aborts), "node state <role> <hex>",
+   * and "node state removed" after a failure past the lock.
    */
   calls: string[];
   /** The parameters the cluster initializer got. */
@@ -116,7 +119,8 @@ export interface InitWorld {
 
 /** Builds a full set of fakes with `overrides` applied. */
 export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWorld {
-  const { lockTakenByJoin, clusterFails, clusterGate, nodeLogs, options, ...replaced } = overrides;
+  const { lockTakenByJoin, clusterFails, clusterGate, clusterNeverEnds, nodeLogs, options, ...replaced } =
+    overrides;
   const clock = new ManualClock();
   const calls: string[] = [];
   const initialized: InitWorld["initialized"] = [];
@@ -155,9 +159,17 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
       },
     },
     cluster: {
-      initialize: async (params) => {
+      initialize: async (params, o) => {
         calls.push(`initialize ${params.clusterName}`);
         initialized.push(params);
+        if (clusterNeverEnds) {
+          await new Promise((_resolve, reject) =>
+            o?.signal?.addEventListener("abort", () => {
+              calls.push("initialize cancelled");
+              reject(o.signal!.reason);
+            })
+          );
+        }
         await clusterGate;
         if (clusterFails) throw new Error(clusterFails);
         return { kubeconfig: encoder.encode(FAKE_KUBECONFIG) };
