@@ -24,7 +24,7 @@ export const EXCHANGE_VERSION = 1;
 export const DIGEST_LENGTH = 32;
 
 /** What an exchange is for; part of the report data and the HPKE info. */
-export type Purpose = "join" | "rejoin" | "init-attestation";
+export type Purpose = "join" | "rejoin" | "init-attestation" | "recover-attestation";
 
 /** Which way a sealed payload travels, relative to the exchange. */
 export type SealDirection = "request" | "response";
@@ -164,8 +164,8 @@ export function rejoinRequestDigest(fields: RejoinRequestFields): Promise<Uint8A
 }
 
 /**
- * Request digest of `init.API/GetAttestation`: the request carries nothing
- * but the nonce, so this is SHA-256 of the empty string.
+ * Request digest of `init.API/GetAttestation` and `recoverproto.API/GetAttestation`:
+ * the request carries nothing but the nonce, so this is SHA-256 of the empty string.
  */
 export function initAttestationRequestDigest(): Promise<Uint8Array<ArrayBuffer>> {
   return sha256(new Uint8Array(0));

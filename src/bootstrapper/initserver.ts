@@ -5,7 +5,7 @@
  *
  * {@linkcode InitServer.getAttestation}: a fresh HPKE key pair per client
  * nonce, evidence over the "init-attestation" report data; the key pair is
- * held for {@linkcode DEFAULT_ATTESTATION_KEY_LIFETIME_MS}, for one use, in a
+ * held for `DEFAULT_ATTESTATION_KEY_LIFETIME_MS`, for one use, in a
  * bounded map. {@linkcode InitServer.showAttestation} is the same evidence
  * for the browser listener, whose key pair is not held (no Init can follow
  * it), a few at a time.
@@ -45,34 +45,29 @@
  *
  * @module
  */
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { Code, type ServiceImpl } from "@connectrpc/connect";
 import bcrypt from "bcryptjs";
 import type { Issuer } from "../attestation/attestation.ts";
 import { parseAttestationConfig } from "../attestation/config.ts";
-import { connectCodeFor, type ExchangeFailure } from "../atls/errors.ts";
-import { generateKeyPair, type HpkeKeyPair } from "../atls/hpke.ts";
+import {
+  AttestedKeys,
+  type NodeExchangeReason,
+  type OpenedRequest,
+  rejectExchange,
+} from "./attested_keys.ts";
 import type { Clock } from "../clock.ts";
 import type { Sealed } from "../gen/atls/v1/atls_pb.ts";
 import {
   API,
   type GetAttestationRequest,
   type GetAttestationResponse,
-  GetAttestationResponseSchema,
   type InitRequest,
   InitRequestSchema,
   type InitResponse,
   InitResponseSchema,
 } from "../gen/init/init_pb.ts";
-import {
-  INIT_NONCE_LENGTH,
-  initReportData,
-  type InitRequestPlaintext,
-  isPublicKeyLength,
-  MEASUREMENT_SALT_LENGTH,
-  openInitRequest,
-  sealInitSuccess,
-} from "../init/protocol.ts";
+import { INIT_PURPOSE, MEASUREMENT_SALT_LENGTH, sealInitSuccess } from "../init/protocol.ts";
 import { encodeComponents, type KubernetesComponent, parseComponents } from "../joinservice/components.ts";
 import { ClusterKms } from "../kms/cluster_kms.ts";
 import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../kms/keys.ts";
@@ -195,10 +190,6 @@ export interface InitServerDependencies {
   logger: Logger;
 }
 
-/** How long an attestation key is held after GetAttestation. */
-export const DEFAULT_ATTESTATION_KEY_LIFETIME_MS = 60_000;
-/** How many attestation keys are held at most. */
-export const DEFAULT_MAX_ATTESTATION_KEYS = 64;
 /** Size of one streamed log chunk. */
 export const DEFAULT_LOG_CHUNK_BYTES = 64 * 1024;
 /** Browser-listener attestations running at once ({@linkcode InitServer.showAttestation}). */
@@ -215,9 +206,9 @@ export const DEFAULT_INIT_TIMEOUT_MS = 25 * 60_000;
 
 /** Options for {@linkcode InitServer}. */
 export interface InitServerOptions {
-  /** Default {@linkcode DEFAULT_ATTESTATION_KEY_LIFETIME_MS}. */
+  /** Default `DEFAULT_ATTESTATION_KEY_LIFETIME_MS` (attested_keys.ts). */
   attestationKeyLifetimeMs?: number;
-  /** Default {@linkcode DEFAULT_MAX_ATTESTATION_KEYS}. */
+  /** Default `DEFAULT_MAX_ATTESTATION_KEYS` (attested_keys.ts). */
   maxAttestationKeys?: number;
   /** Default {@linkcode DEFAULT_LOG_CHUNK_BYTES}. */
   logChunkBytes?: number;
@@ -227,13 +218,7 @@ export interface InitServerOptions {
 
 /** The init server's own refusal reasons. */
 export type InitServerReason =
-  | "nonce-unknown" // no attestation key for this nonce: never issued, or already used
-  | "nonce-reused" // GetAttestation for a nonce whose key is still held
-  | "attestation-capacity" // too many attestation keys held; retry later
-  | "attestation-unavailable" // the issuer could not produce evidence
   | "attestation-busy" // too many browser-listener attestations waiting; retry later
-  | "request-unsealed" // the InitRequest is not sealed, or carries plaintext fields on the wire
-  | "malformed-request" // the opened request does not decode, or its client key is not 32 bytes
   | "invalid-init-secret" // the init secret does not match the metadata's hash
   | "init-secret-hash-unavailable" // the metadata's hash could not be read
   | "invalid-parameters" // a URI, the salt, the attestation config, the components, the client key
@@ -248,19 +233,10 @@ export type InitServerReason =
   | "seal-failed"; // sealing the success message failed
 
 /** Every reason an init-server rejection carries. */
-export type InitReason =
-  | InitServerReason
-  | Extract<ExchangeFailure, "nonce-malformed" | "nonce-expired" | "open-failed">
-  | CommonReason;
+export type InitReason = InitServerReason | NodeExchangeReason | CommonReason;
 
 const codes: Record<InitServerReason | CommonReason, Code> = {
-  "nonce-unknown": Code.PermissionDenied,
-  "nonce-reused": Code.InvalidArgument,
-  "attestation-capacity": Code.ResourceExhausted,
-  "attestation-unavailable": Code.Unavailable,
   "attestation-busy": Code.ResourceExhausted,
-  "request-unsealed": Code.InvalidArgument,
-  "malformed-request": Code.InvalidArgument,
   "invalid-init-secret": Code.PermissionDenied,
   "init-secret-hash-unavailable": Code.Unavailable,
   "invalid-parameters": Code.InvalidArgument,
@@ -280,10 +256,8 @@ const codes: Record<InitServerReason | CommonReason, Code> = {
 
 /** A rejection of the init server for `reason`, with its code; `message` is what the client reads. */
 export function rejectInit(reason: InitReason, message: string, options?: { cause?: unknown }): Rejection {
-  const code = Object.hasOwn(codes, reason)
-    ? codes[reason as InitServerReason | CommonReason]
-    : connectCodeFor(reason as ExchangeFailure);
-  return new Rejection(reason, code, message, options);
+  if (!Object.hasOwn(codes, reason)) return rejectExchange(reason as NodeExchangeReason, message, options);
+  return new Rejection(reason, codes[reason as InitServerReason | CommonReason], message, options);
 }
 
 /** Reasons whose refusal is not followed by the node's logs: the caller has not proven the init secret. */
@@ -305,75 +279,10 @@ export type InitOutcome =
   | { ok: true; clusterId: Uint8Array }
   | { ok: false; error: string };
 
-/** A held attestation key pair. */
-interface HeldKey {
-  keyPair: HpkeKeyPair;
-  reportData: Uint8Array<ArrayBuffer>;
-  expiresAt: number;
-}
-
-/** The attestation keys per nonce: short-lived, one use, bounded. */
-class AttestationKeys {
-  readonly #entries = new Map<string, HeldKey>();
-  readonly #pending = new Set<string>();
-  readonly #clock: Clock;
-  readonly #lifetimeMs: number;
-  readonly #max: number;
-
-  constructor(clock: Clock, lifetimeMs: number, max: number) {
-    this.#clock = clock;
-    this.#lifetimeMs = lifetimeMs;
-    this.#max = max;
-  }
-
-  /** Reserves a slot for `id` while its evidence is produced; throws when reused or full. */
-  reserve(id: string): void {
-    this.#prune();
-    if (this.#entries.has(id) || this.#pending.has(id)) {
-      throw rejectInit(
-        "nonce-reused",
-        "an attestation key for this nonce is already held: use a fresh nonce",
-      );
-    }
-    if (this.#entries.size + this.#pending.size >= this.#max) {
-      throw rejectInit(
-        "attestation-capacity",
-        `too many attestation keys held (${this.#max}); retry after ${this.#lifetimeMs / 1000} s`,
-      );
-    }
-    this.#pending.add(id);
-  }
-
-  /** Fills a reserved slot (or frees it, with no key). */
-  settle(id: string, key?: Omit<HeldKey, "expiresAt">): void {
-    this.#pending.delete(id);
-    if (key) this.#entries.set(id, { ...key, expiresAt: this.#clock.now() + this.#lifetimeMs });
-  }
-
-  /** Takes the key of `id` (one use). */
-  take(id: string): HeldKey | "expired" | "unknown" {
-    const entry = this.#entries.get(id);
-    if (!entry) return "unknown";
-    this.#entries.delete(id);
-    return this.#clock.now() < entry.expiresAt ? entry : "expired";
-  }
-
-  #prune(): void {
-    const now = this.#clock.now();
-    for (const [id, entry] of this.#entries) if (now >= entry.expiresAt) this.#entries.delete(id);
-  }
-}
-
-/** An opened request and what answering it needs. */
-interface OpenedRequest {
-  request: InitRequestPlaintext;
-  reportData: Uint8Array<ArrayBuffer>;
-}
-
 /** The `init.API` handler. */
 export class InitServer {
   readonly #deps: InitServerDependencies;
-  readonly #keys: AttestationKeys;
+  readonly #keys: AttestedKeys;
   readonly #logChunkBytes: number;
   readonly #lifetime = new AbortController();
   readonly #initTimeoutMs: number;
@@ -393,11 +302,10 @@ export class InitServer {
   /** A handler over `deps`. */
   constructor(deps: InitServerDependencies, options: InitServerOptions = {}) {
     this.#deps = deps;
-    this.#keys = new AttestationKeys(
-      deps.clock,
-      options.attestationKeyLifetimeMs ?? DEFAULT_ATTESTATION_KEY_LIFETIME_MS,
-      options.maxAttestationKeys ?? DEFAULT_MAX_ATTESTATION_KEYS,
-    );
+    this.#keys = new AttestedKeys(deps, INIT_PURPOSE, {
+      lifetimeMs: options.attestationKeyLifetimeMs,
+      max: options.maxAttestationKeys,
+    });
     this.#logChunkBytes = options.logChunkBytes ?? DEFAULT_LOG_CHUNK_BYTES;
     if (!(this.#logChunkBytes > 0)) throw new RangeError("logChunkBytes must be positive");
     this.#initTimeoutMs = options.initTimeoutMs ?? DEFAULT_INIT_TIMEOUT_MS;
@@ -437,21 +345,11 @@ export class InitServer {
   }
 
   /** A fresh key pair and evidence binding it to the client's 32-byte nonce; the key is held for one Init. */
-  async getAttestation(
+  getAttestation(
     request: GetAttestationRequest,
     options: SignalOptions = {},
   ): Promise<GetAttestationResponse> {
-    const nonce = checkNonce(request);
-    const id = nonce.toHex();
-    this.#keys.reserve(id);
-    let held: Omit<HeldKey, "expiresAt"> | undefined;
-    try {
-      const { keyPair, reportData, answer } = await this.#attest(nonce, options);
-      held = { keyPair, reportData };
-      return answer;
-    } finally {
-      this.#keys.settle(id, held);
-    }
+    return this.#keys.attest(request, options);
   }
 
   /**
@@ -465,9 +363,8 @@ export class InitServer {
     request: GetAttestationRequest,
     options: SignalOptions = {},
   ): Promise<GetAttestationResponse> {
-    const nonce = checkNonce(request);
     try {
-      return await this.#shows.run(async () => (await this.#attest(nonce, options)).answer, options);
+      return await this.#shows.run(() => this.#keys.show(request, options), options);
     } catch (error) {
       if (error instanceof PoolFullError) {
         throw rejectInit("attestation-busy", "this node is busy producing attestation evidence; retry later");
@@ -489,40 +386,13 @@ export class InitServer {
     };
   }
 
-  /** A fresh key pair and this node's evidence binding it to `nonce`. */
-  async #attest(
-    nonce: Uint8Array,
-    options: SignalOptions,
-  ): Promise<Omit<HeldKey, "expiresAt"> & { answer: GetAttestationResponse }> {
-    const keyPair = await generateKeyPair();
-    const reportData = await initReportData(nonce, keyPair.publicKey);
-    let document: Uint8Array;
-    try {
-      document = await this.#deps.issuer.issue(reportData, options);
-    } catch (error) {
-      this.#deps.logger.warn("cannot produce attestation evidence", { error });
-      throw rejectInit(
-        "attestation-unavailable",
-        "this node cannot produce attestation evidence now; retry",
-        {
-          cause: error,
-        },
-      );
-    }
-    const answer = create(GetAttestationResponseSchema, {
-      publicKey: keyPair.publicKey,
-      evidence: { variant: this.#deps.issuer.variant, document },
-    });
-    return { keyPair, reportData, answer };
-  }
-
   /**
    * Runs an Init: yields `init_success` (sealed), or `init_failure` and the
    * node's logs and then throws the {@linkcode Rejection}. Exchange failures
    * throw without yielding.
    */
   async *init(request: InitRequest, options: SignalOptions = {}): AsyncGenerator<InitResponse> {
-    const opened = await this.#open(request);
+    const opened = await this.#keys.open(InitRequestSchema, request);
     const { logger } = this.#deps;
     logger.info("Init called");
     // The outcome of an Init past the lock is announced only once its answer has been handed to the
@@ -552,63 +422,8 @@ export class InitServer {
     }
   }
 
-  /** Step 1: the exchange. */
-  async #open(request: InitRequest): Promise<OpenedRequest> {
-    if (!request.sealed) {
-      throw rejectInit("request-unsealed", "InitRequest must be sealed to the key from GetAttestation");
-    }
-    const onWire = create(InitRequestSchema, {
-      ...request,
-      sealed: undefined,
-      attestationNonce: new Uint8Array(0),
-    });
-    if (toBinary(InitRequestSchema, onWire).length > 0) {
-      throw rejectInit(
-        "request-unsealed",
-        "InitRequest carries plaintext fields on the wire; only sealed and attestation_nonce may be set",
-      );
-    }
-    const nonce = request.attestationNonce;
-    if (nonce.length !== INIT_NONCE_LENGTH) {
-      throw rejectInit(
-        "nonce-malformed",
-        `attestation_nonce must be ${INIT_NONCE_LENGTH} bytes, got ${nonce.length}`,
-      );
-    }
-    const held = this.#keys.take(nonce.toHex());
-    if (held === "unknown") {
-      throw rejectInit(
-        "nonce-unknown",
-        "no attestation key for this nonce (never issued, or already used): call GetAttestation again",
-      );
-    }
-    if (held === "expired") {
-      throw rejectInit(
-        "nonce-expired",
-        "the attestation key for this nonce expired: call GetAttestation again",
-      );
-    }
-    let opened: InitRequestPlaintext;
-    try {
-      opened = await openInitRequest(held.keyPair, request.sealed, held.reportData);
-    } catch (error) {
-      throw rejectInit(
-        "open-failed",
-        "InitRequest does not open with the attested key (sealed to another key, exchange or purpose, or tampered)",
-        { cause: error },
-      );
-    }
-    if (!isPublicKeyLength(opened.clientPublicKey)) {
-      throw rejectInit(
-        "malformed-request",
-        `client_public_key must be 32 bytes (X25519), got ${opened.clientPublicKey.length}`,
-      );
-    }
-    return { request: opened, reportData: held.reportData };
-  }
-
   /** Steps 2-11; resolves with the sealed success. */
-  async #initialize(opened: OpenedRequest, options: SignalOptions) {
+  async #initialize(opened: OpenedRequest<typeof InitRequestSchema>, options: SignalOptions) {
     const { request } = opened;
     await this.#checkInitSecret(request.initSecret, options);
     this.#enter();
@@ -659,7 +474,7 @@ export class InitServer {
 
   /** Steps 8-11, under the deadline's `signal`; resolves with the sealed success. */
   async #afterLock(
-    opened: OpenedRequest,
+    opened: OpenedRequest<typeof InitRequestSchema>,
     checked: Omit<ClusterInitParameters, "clusterId">,
     kms: ClusterKms,
     clusterId: Uint8Array,
@@ -766,7 +581,9 @@ export class InitServer {
   }
 
   /** Step 4: everything checkable before the lock. */
-  async #checkParameters(opened: OpenedRequest): Promise<Omit<ClusterInitParameters, "clusterId">> {
+  async #checkParameters(
+    opened: OpenedRequest<typeof InitRequestSchema>,
+  ): Promise<Omit<ClusterInitParameters, "clusterId">> {
     const { request } = opened;
     const invalid = (message: string, cause?: unknown) =>
       rejectInit("invalid-parameters", message, { cause });
@@ -899,13 +716,4 @@ async function* connectErrors<T>(stream: AsyncGenerator<T>): AsyncGenerator<T> {
   } catch (error) {
     throw toConnectError(asRejection(error));
   }
-}
-
-/** The request's nonce, which must be {@linkcode INIT_NONCE_LENGTH} bytes. */
-function checkNonce(request: GetAttestationRequest): Uint8Array {
-  const { nonce } = request;
-  if (nonce.length !== INIT_NONCE_LENGTH) {
-    throw rejectInit("nonce-malformed", `nonce must be ${INIT_NONCE_LENGTH} bytes, got ${nonce.length}`);
-  }
-  return nonce;
 }

@@ -4,11 +4,8 @@ import { generateKeyPair } from "../../src/atls/hpke.ts";
 import { API, type InitResponse } from "../../src/gen/init/init_pb.ts";
 import { initCluster, type InitError, type InitParameters } from "../../src/init/client.ts";
 import { initReportData, sealInitRequest } from "../../src/init/protocol.ts";
-import {
-  DEFAULT_ATTESTATION_KEY_LIFETIME_MS,
-  SHOW_ATTESTATION_CONCURRENCY,
-  SHOW_ATTESTATION_QUEUE,
-} from "../../src/bootstrapper/initserver.ts";
+import { SHOW_ATTESTATION_CONCURRENCY, SHOW_ATTESTATION_QUEUE } from "../../src/bootstrapper/initserver.ts";
+import { DEFAULT_ATTESTATION_KEY_LIFETIME_MS } from "../../src/bootstrapper/attested_keys.ts";
 import { parseOperatorAttestationConfig } from "../../src/attestation/config.ts";
 import { DummyIssuer } from "../../src/attestation/dummy.ts";
 import { silentLogger } from "../../src/log/logger.ts";
