@@ -88,7 +88,11 @@ export interface NodeLockLike {
 /** The state disk (helper O's `LuksStateDisk`). */
 export interface PassphraseChanger {
   /** Keyslot 0 from the initial passphrase to `newKey`, then the token marked initialized. */
-  changePassphrase(newKey: Uint8Array, options?: { signal?: AbortSignal }): Promise<void>;
+  changePassphrase(
+    newKey: Uint8Array,
+    record: { measurementSalt: Uint8Array },
+    options?: { signal?: AbortSignal },
+  ): Promise<void>;
 }
 
 /** Installs Kubernetes components (`components.ts`'s `ComponentInstaller`). */
@@ -292,7 +296,7 @@ export class JoinTicketApplier implements TicketApplier {
     await step(
       "disk",
       "updating disk passphrase",
-      () => deps.disk.changePassphrase(ticket.stateDiskKey, { signal }),
+      () => deps.disk.changePassphrase(ticket.stateDiskKey, { measurementSalt: ticket.measurementSalt }, { signal }),
     );
     await step("files", "writing control plane files", async () => {
       for (const file of controlPlaneFiles) await write(`${deps.paths.pkiDir}/${file.name}`, file.data);

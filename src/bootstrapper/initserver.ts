@@ -106,8 +106,11 @@ export interface InitNodeLock {
 export interface StateDisk {
   /** The LUKS UUID. */
   uuid(options?: SignalOptions): Promise<string>;
-  /** Replaces the initial passphrase with `newKey` (raw bytes) and marks the disk initialized. */
-  changePassphrase(newKey: Uint8Array, options?: SignalOptions): Promise<void>;
+  /**
+   * Replaces the initial passphrase with `newKey` (raw bytes) and marks the disk initialized,
+   * recording the cluster's measurement salt (which a recovery reads while the disk is closed).
+   */
+  changePassphrase(newKey: Uint8Array, record: { measurementSalt: Uint8Array }, options?: SignalOptions): Promise<void>;
 }
 
 /** What the node state file holds (reference §8.4). */
@@ -487,7 +490,7 @@ export class InitServer {
       const uuid = await deps.disk.uuid({ signal });
       const diskKey = await deriveStateDiskKey(kms, uuid);
       try {
-        await deps.disk.changePassphrase(diskKey, { signal });
+        await deps.disk.changePassphrase(diskKey, { measurementSalt: checked.measurementSalt }, { signal });
       } finally {
         diskKey.fill(0);
       }

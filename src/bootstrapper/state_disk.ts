@@ -161,34 +161,33 @@ export class LuksStateDisk {
    *
    * @throws {StateDiskError}
    */
-  isInitialized(options: StateDiskCallOptions = {}): Promise<boolean> {
-    return this.#serialized(async () => {
-      const output = await this.#cryptsetup(
-        ["luksDump", "--dump-json-metadata", ...this.#target()],
-        {},
-        options,
-      );
-      if (!output.success) throw await this.#failure("reading the LUKS2 metadata", output, options);
-      let token: unknown;
-      try {
-        token = (JSON.parse(output.stdout) as { tokens?: Record<string, unknown> }).tokens?.["0"];
-      } catch {
-        throw new StateDiskError(
-          "cryptsetup-failed",
-          `${this.#name()}: cryptsetup printed malformed metadata`,
-        );
-      }
-      if (typeof token !== "object" || token === null) return false;
-      const fields = token as Record<string, unknown>;
-      return fields.type === STATE_DISK_TOKEN_TYPE && fields.diskIsInitialized === true;
-    });
+  async isInitialized(options: StateDiskCallOptions = {}): Promise<boolean> {
+    return (await this.#token(options))?.diskIsInitialized === true;
+  }
+
+  /**
+   * The cluster's measurement salt that token 0 records (field `measurementSalt`, base64), or
+   * undefined when it records none (a disk initialized by an older bootstrapper) or a malformed one.
+   * Public, like the cluster's `join-config`: a recovery needs it while the disk is still closed.
+   *
+   * @throws {StateDiskError}
+   */
+  async measurementSalt(options: StateDiskCallOptions = {}): Promise<Uint8Array | undefined> {
+    const recorded = (await this.#token(options))?.measurementSalt;
+    if (typeof recorded !== "string") return undefined;
+    try {
+      return Uint8Array.fromBase64(recorded);
+    } catch {
+      return undefined;
+    }
   }
 
   /**
    * Replaces keyslot 0's initial passphrase (from the initial passphrase
-   * file) by `newKey` (raw bytes), then writes token 0 as initialized. The
-   * initial passphrase file itself is left as it is (the disk-mapper rewrites
-   * it on the next boot).
+   * file) by `newKey` (raw bytes), then writes token 0 as initialized,
+   * recording the cluster's `measurementSalt` (see
+   * {@linkcode LuksStateDisk.measurementSalt}). The initial passphrase file
+   * itself is left as it is (the disk-mapper rewrites it on the next boot).
    *
    * When the initial passphrase is missing or wrong the disk is unchanged.
    * When the token write fails (reason "token-failed") the passphrase is
@@ -196,7 +195,11 @@ export class LuksStateDisk {
    *
    * @throws {StateDiskError}
    */
-  changePassphrase(newKey: Uint8Array, options: StateDiskCallOptions = {}): Promise<void> {
+  changePassphrase(
+    newKey: Uint8Array,
+    record: { measurementSalt: Uint8Array },
+    options: StateDiskCallOptions = {},
+  ): Promise<void> {
     if (newKey.length === 0) return Promise.reject(new RangeError("the new disk key must not be empty"));
     return this.#serialized(async () => {
       const keyFile = this.#options.initialPassphraseFile;
@@ -228,7 +231,12 @@ export class LuksStateDisk {
         }
         throw await this.#failure("changing the passphrase", changed, options);
       }
-      const token = JSON.stringify({ type: STATE_DISK_TOKEN_TYPE, keyslots: [], diskIsInitialized: true });
+      const token = JSON.stringify({
+        type: STATE_DISK_TOKEN_TYPE,
+        keyslots: [],
+        diskIsInitialized: true,
+        measurementSalt: record.measurementSalt.toBase64(),
+      });
       const imported = await this.#cryptsetup(
         ["token", "import", "--token-replace", "--token-id", "0", ...this.#target()],
         { stdin: new TextEncoder().encode(token) },
@@ -260,6 +268,30 @@ export class LuksStateDisk {
       if (output.success) return true;
       if (output.code === EXIT_WRONG_PASSPHRASE) return false;
       throw await this.#failure("testing a passphrase", output, options);
+    });
+  }
+
+  /** Token 0's fields when it is a state-disk token; undefined otherwise. */
+  #token(options: StateDiskCallOptions): Promise<Record<string, unknown> | undefined> {
+    return this.#serialized(async () => {
+      const output = await this.#cryptsetup(
+        ["luksDump", "--dump-json-metadata", ...this.#target()],
+        {},
+        options,
+      );
+      if (!output.success) throw await this.#failure("reading the LUKS2 metadata", output, options);
+      let token: unknown;
+      try {
+        token = (JSON.parse(output.stdout) as { tokens?: Record<string, unknown> }).tokens?.["0"];
+      } catch {
+        throw new StateDiskError(
+          "cryptsetup-failed",
+          `${this.#name()}: cryptsetup printed malformed metadata`,
+        );
+      }
+      if (typeof token !== "object" || token === null) return undefined;
+      const fields = token as Record<string, unknown>;
+      return fields.type === STATE_DISK_TOKEN_TYPE ? fields : undefined;
     });
   }
 

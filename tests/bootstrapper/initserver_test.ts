@@ -57,7 +57,7 @@ const successCalls = [
   `lock ${CLUSTER_ID}`,
   "onLocked",
   "disk uuid",
-  `passphrase ${DISK_KEY}`,
+  `passphrase ${DISK_KEY} salt ${MEASUREMENT_SALT.toHex()}`,
   "initialize test-cluster",
   `node state ControlPlane ${MEASUREMENT_SALT.toHex()}`,
 ];

@@ -303,6 +303,7 @@ Deno.test("join client", async (t) => {
         assert.deepEqual(w.os.locks, [clusterId]);
         assert.equal(w.os.onLockedCalls, 1);
         assert.deepEqual(w.os.passphrases, [ticket.stateDiskKey]);
+        assert.deepEqual(w.os.recordedSalts, [ticket.measurementSalt]);
         assert.deepEqual(JSON.parse(await Deno.readTextFile(w.os.deps.paths.nodeState)), {
           Role: "Worker",
           MeasurementSalt: ticket.measurementSalt.toBase64(),

@@ -53,6 +53,9 @@ async function withDisk(
   }
 }
 
+/** A cluster's measurement salt, as the token records it. */
+const SALT = Uint8Array.from({ length: 32 }, (_, i) => 0xa0 + i);
+
 function newKey(): Uint8Array {
   return new Uint8Array([0x0a, ...crypto.getRandomValues(new Uint8Array(30)), 0x00]);
 }
@@ -63,7 +66,7 @@ async function digest(path: string): Promise<string> {
 
 for (const detachedHeader of [false, true]) {
   const kind = detachedHeader ? "detached header" : "container file";
-  Deno.test(`state disk (${kind}): uuid, not initialized, change passphrase, initialized, old key dead, new key opens`, async () => {
+  Deno.test(`state disk (${kind}): uuid, not initialized, change passphrase, initialized with the salt, old key dead, new key opens`, async () => {
     await withDisk(async ({ device, initialKey, disk }) => {
       const stateDisk = disk();
       const uuid = await stateDisk.uuid();
@@ -73,11 +76,13 @@ for (const detachedHeader of [false, true]) {
         assert.equal(uuid, printed.toLowerCase());
       }
       assert.equal(await stateDisk.isInitialized(), false);
+      assert.equal(await stateDisk.measurementSalt(), undefined);
       assert.equal(await stateDisk.testPassphrase(initialKey), true);
 
       const key = newKey();
-      await stateDisk.changePassphrase(key);
+      await stateDisk.changePassphrase(key, { measurementSalt: SALT });
       assert.equal(await stateDisk.isInitialized(), true);
+      assert.deepEqual(await stateDisk.measurementSalt(), SALT);
       assert.equal(await stateDisk.testPassphrase(key), true);
       assert.equal(await stateDisk.testPassphrase(initialKey), false);
       // A prefix of the key (what a line-based reader would take) must not open it either.
@@ -94,13 +99,36 @@ Deno.test("state disk: a disk without token 0 is not initialized", async () => {
   });
 });
 
+Deno.test("state disk: a token without a salt, or with a malformed one, records none", async (t) => {
+  for (
+    const [name, salt] of [["absent", undefined], ["not base64", "%%%"], ["a number", 32]] as const
+  ) {
+    await t.step(name, async () => {
+      await withDisk(async ({ device, disk }) => {
+        const token = {
+          type: "constellation-state-disk",
+          keyslots: [],
+          diskIsInitialized: true,
+          measurementSalt: salt,
+        };
+        await cryptsetup(
+          ["token", "import", "--token-replace", "--token-id", "0", device],
+          new TextEncoder().encode(JSON.stringify(token)),
+        );
+        assert.equal(await disk().isInitialized(), true);
+        assert.equal(await disk().measurementSalt(), undefined);
+      });
+    });
+  }
+});
+
 Deno.test("state disk: a wrong initial passphrase is refused with its reason and leaves the disk unchanged", async () => {
   await withDisk(async ({ dir, device, initialKey, disk }) => {
     const wrongFile = `${dir}/wrong.key`;
     await Deno.writeFile(wrongFile, crypto.getRandomValues(new Uint8Array(32)));
     const before = await digest(device);
     const stateDisk = disk({ initialPassphraseFile: wrongFile });
-    await assert.rejects(stateDisk.changePassphrase(newKey()), (error) => {
+    await assert.rejects(stateDisk.changePassphrase(newKey(), { measurementSalt: SALT }), (error) => {
       assert.ok(error instanceof StateDiskError);
       assert.equal(error.reason, "initial-passphrase-wrong");
       assert.equal(error.exitCode, 2);
@@ -117,7 +145,9 @@ Deno.test("state disk: a missing initial passphrase file is refused before crypt
   await withDisk(async ({ dir, device, disk }) => {
     const before = await digest(device);
     await assert.rejects(
-      disk({ initialPassphraseFile: `${dir}/absent.key` }).changePassphrase(newKey()),
+      disk({ initialPassphraseFile: `${dir}/absent.key` }).changePassphrase(newKey(), {
+        measurementSalt: SALT,
+      }),
       (error) => {
         assert.ok(error instanceof StateDiskError);
         assert.equal(error.reason, "initial-passphrase-missing");
@@ -208,7 +238,7 @@ Deno.test("state disk: calls are serialized in call order (a test issued after a
     const stateDisk = disk();
     const key = newKey();
     const [, newOpens, oldOpens, initialized] = await Promise.all([
-      stateDisk.changePassphrase(key),
+      stateDisk.changePassphrase(key, { measurementSalt: SALT }),
       stateDisk.testPassphrase(key),
       stateDisk.testPassphrase(initialKey),
       stateDisk.isInitialized(),
@@ -228,7 +258,7 @@ Deno.test("state disk: no key ever reaches cryptsetup's argv, and no temporary f
       });
       const key = newKey();
       const before = (await Array.fromAsync(Deno.readDir(dir))).map((entry) => entry.name).sort();
-      await stateDisk.changePassphrase(key);
+      await stateDisk.changePassphrase(key, { measurementSalt: SALT });
       assert.equal(await stateDisk.testPassphrase(key), true);
       assert.equal(await stateDisk.testPassphrase(initialKey), false);
       const calls = await recorder.calls();

@@ -149,6 +149,8 @@ export interface FakeOs {
   locks: Uint8Array[];
   onLockedCalls: number;
   passphrases: Uint8Array[];
+  /** The measurement salt recorded with each passphrase change (in the disk's token). */
+  recordedSalts: Uint8Array[];
   joins: KubeadmJoinConfig[];
   /** Whether the node state file existed when the kubelet unit was started, per start. */
   nodeStateAtKubeletStart: boolean[];
@@ -175,6 +177,7 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
     locks: [],
     onLockedCalls: 0,
     passphrases: [],
+    recordedSalts: [],
     joins: [],
     nodeStateAtKubeletStart: [],
     started: [],
@@ -193,8 +196,9 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
       os.onLockedCalls++;
     },
     disk: {
-      changePassphrase: (key) => {
+      changePassphrase: (key, record) => {
         os.passphrases.push(key);
+        os.recordedSalts.push(record.measurementSalt);
         return Promise.resolve();
       },
     },

@@ -26,7 +26,9 @@ Deno.test("a node's reboot empties /run's key file of an initialized disk, and k
         initialPassphraseFile: keyFile,
         pbkdf: { type: "pbkdf2", forceIterations: 1000 },
       });
-      await disk.changePassphrase(crypto.getRandomValues(new Uint8Array(32)));
+      await disk.changePassphrase(crypto.getRandomValues(new Uint8Array(32)), {
+        measurementSalt: new Uint8Array(32),
+      });
       assert.ok(await disk.isInitialized());
       await (await rebootNode(node)).stop();
       await assert.rejects(Deno.stat(keyFile), Deno.errors.NotFound);

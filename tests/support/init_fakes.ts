@@ -101,7 +101,7 @@ export interface InitWorld {
   server: InitServer;
   deps: InitServerDependencies;
   /**
-   * Effects in order: "lock <hex>", "onLocked", "disk uuid", "passphrase <hex>", "initialize <clusterName>"
+   * Effects in order: "lock <hex>", "onLocked", "disk uuid", "passphrase <hex> salt <hex>", "initialize <clusterName>"
    * (then "initialize cancelled" if `clusterNeverEnds` and its signal aborts), "node state <role> <hex>",
    * and "node state removed" after a failure past the lock.
    */
@@ -143,8 +143,8 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
         calls.push("disk uuid");
         return Promise.resolve(DISK_UUID);
       },
-      changePassphrase: (key) => {
-        calls.push(`passphrase ${key.toHex()}`);
+      changePassphrase: (key, record) => {
+        calls.push(`passphrase ${key.toHex()} salt ${record.measurementSalt.toHex()}`);
         return Promise.resolve();
       },
     },
