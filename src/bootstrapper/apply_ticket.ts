@@ -296,7 +296,10 @@ export class JoinTicketApplier implements TicketApplier {
     await step(
       "disk",
       "updating disk passphrase",
-      () => deps.disk.changePassphrase(ticket.stateDiskKey, { measurementSalt: ticket.measurementSalt }, { signal }),
+      () =>
+        deps.disk.changePassphrase(ticket.stateDiskKey, { measurementSalt: ticket.measurementSalt }, {
+          signal,
+        }),
     );
     await step("files", "writing control plane files", async () => {
       for (const file of controlPlaneFiles) await write(`${deps.paths.pkiDir}/${file.name}`, file.data);

@@ -71,7 +71,8 @@ import { INIT_PURPOSE, MEASUREMENT_SALT_LENGTH, sealInitSuccess } from "../init/
 import { encodeComponents, type KubernetesComponent, parseComponents } from "../joinservice/components.ts";
 import { ClusterKms } from "../kms/cluster_kms.ts";
 import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../kms/keys.ts";
-import { type MasterSecret, parseKmsUri, parseStorageUri } from "../kms/uri.ts";
+import { requestKms } from "../kms/request.ts";
+import type { MasterSecret } from "../kms/uri.ts";
 import { PoolFullError, WorkPool } from "../limits/pool.ts";
 import type { Logger } from "../log/logger.ts";
 import { asRejection, type CommonReason, Rejection, toConnectError } from "../rpc/rejection.ts";
@@ -110,7 +111,11 @@ export interface StateDisk {
    * Replaces the initial passphrase with `newKey` (raw bytes) and marks the disk initialized,
    * recording the cluster's measurement salt (which a recovery reads while the disk is closed).
    */
-  changePassphrase(newKey: Uint8Array, record: { measurementSalt: Uint8Array }, options?: SignalOptions): Promise<void>;
+  changePassphrase(
+    newKey: Uint8Array,
+    record: { measurementSalt: Uint8Array },
+    options?: SignalOptions,
+  ): Promise<void>;
 }
 
 /** What the node state file holds (reference §8.4). */
@@ -590,18 +595,12 @@ export class InitServer {
     const { request } = opened;
     const invalid = (message: string, cause?: unknown) =>
       rejectInit("invalid-parameters", message, { cause });
-    try {
-      if (request.storageUri !== "") parseStorageUri(request.storageUri);
-    } catch (error) {
-      throw invalid(`storage_uri: ${(error as Error).message}`, error);
-    }
     let masterSecret: MasterSecret;
     try {
-      masterSecret = parseKmsUri(request.kmsUri);
-      new ClusterKms(masterSecret.key, masterSecret.salt);
+      masterSecret = requestKms(request).masterSecret;
     } catch (error) {
       // KmsError messages name parameters, never values: the URI holds the master secret.
-      throw invalid(`kms_uri: ${(error as Error).message}`, error);
+      throw invalid((error as Error).message, error);
     }
     if (request.measurementSalt.length !== MEASUREMENT_SALT_LENGTH) {
       throw invalid(

@@ -14,6 +14,13 @@
  * mapped and mounted it to read the salt from the node state; here the
  * join service sends the salt with the ticket).
  *
+ * On a control-plane node the operator's recovery runs beside the join
+ * services (the original's recovery server, `recoveryserver.ts`): when no
+ * other control plane runs, `cli recover` sends the master secret, the node
+ * derives the same keys itself, and whichever source delivers first is
+ * used; the recovery is told how the rebinding ended. A recovery server
+ * that cannot start is logged, and the join services are still asked.
+ *
  * Retries as the join client does (every 30 s, 30 s per call, this node's
  * own address excluded from the endpoints): an unreachable or refusing join
  * service, a disk key that does not open the disk (a join service of
@@ -27,6 +34,7 @@
 import type { IssueRejoinTicketResponse } from "../gen/join/join_pb.ts";
 import { deriveClusterId } from "../kms/keys.ts";
 import type { Logger } from "../log/logger.ts";
+import type { RecoveredKeys } from "./recoveryserver.ts";
 import { ReasonError } from "../reason_error.ts";
 import type { NodeLockLike } from "./apply_ticket.ts";
 import type { TicketCallOptions } from "./join_ticket_source.ts";
@@ -60,6 +68,16 @@ export interface RejoinDisk {
   testPassphrase(key: Uint8Array, options?: { signal?: AbortSignal }): Promise<boolean>;
 }
 
+/** The operator's recovery (satisfied by the recovery server, started on first use). */
+export interface Recovery {
+  /**
+   * Resolves with the first keys an operator's recovery delivers (their
+   * disk key opens this node's disk); rejects when `signal` aborts or the
+   * recovery cannot be offered (its server does not start).
+   */
+  accept(options: { signal: AbortSignal }): Promise<RecoveredKeys>;
+}
+
 /** The file the image's systemd-cryptsetup reads the state disk's key from. */
 export interface DiskKeyFile {
   /** Writes `key` (a secret) atomically, readable by its owner only. */
@@ -78,6 +96,8 @@ export interface RejoinDependencies {
   diskKeyFile: DiskKeyFile;
   /** The node lock; taking it extends PCR 15 with the cluster ID. */
   lock: NodeLockLike;
+  /** The operator's recovery, offered on control-plane nodes; none when absent. */
+  recovery?: Recovery;
   /** Structured log; never receives a secret. */
   logger: Logger;
   /** Delays and deadlines; default real time. */
@@ -100,8 +120,8 @@ export interface RejoinOptions {
 export type RejoinOutcome =
   /** The disk is not initialized: a fresh node, nothing to rejoin. */
   | { status: "not-initialized" }
-  /** PCR 15 is bound again, and the disk key is in the key file. */
-  | { status: "rebound"; clusterId: Uint8Array; endpoint: string }
+  /** PCR 15 is bound again, and the disk key is in the key file; `source` is the join service or "recovery". */
+  | { status: "rebound"; clusterId: Uint8Array; source: string }
   /** Aborted. */
   | { status: "stopped" };
 
@@ -187,25 +207,22 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
       }
       throw new Error(`no join service issued a usable rejoin ticket (${endpoints.join(", ")})`);
     };
-    const { ticket, endpoint } = await retry("rejoin round", round);
-
+    const offered = self.role === "ControlPlane" ? deps.recovery : undefined;
+    if (offered) logger.info("waiting for a join service, or the operator's recovery (cli recover)");
+    const { keys, source, settle } = await firstKeys(
+      (s) => retryUntilDone("rejoin round", round, { signal: s, timers, intervalMs, logger }),
+      offered,
+      { signal, logger },
+    );
     try {
-      await deps.diskKeyFile.write(ticket.stateDiskKey);
+      const clusterId = await rebind(keys, deps);
+      settle?.({ clusterId });
+      logger.info("rejoined: PCR 15 bound to the cluster again", { clusterId: clusterId.toHex(), source });
+      return { status: "rebound", clusterId, source };
     } catch (error) {
-      throw new RejoinError("key-file", `writing the state disk's key file: ${errorFields(error).error}`, {
-        cause: error,
-      });
+      settle?.({ error: errorFields(error).error });
+      throw error;
     }
-    const clusterId = await deriveClusterId(ticket.measurementSecret, ticket.measurementSalt);
-    let locked: boolean;
-    try {
-      locked = await deps.lock.tryLock(clusterId);
-    } catch (error) {
-      throw new RejoinError("lock-failed", `binding PCR 15: ${errorFields(error).error}`, { cause: error });
-    }
-    if (!locked) throw new RejoinError("lock-held", "the node lock is already taken");
-    logger.info("rejoined: PCR 15 bound to the cluster again", { clusterId: clusterId.toHex(), endpoint });
-    return { status: "rebound", clusterId, endpoint };
   } catch (error) {
     if (signal?.aborted && !(error instanceof RejoinError)) {
       logger.info("rejoin stopped");
@@ -214,5 +231,69 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
     if (!(error instanceof RejoinError)) throw error;
     logger.error("rejoin failed", errorFields(error));
     throw error;
+  }
+}
+
+/** The keys a rebinding needs, from a rejoin ticket or a recovery. */
+type RebindKeys = Pick<IssueRejoinTicketResponse, "stateDiskKey" | "measurementSecret" | "measurementSalt">;
+
+/** Writes the disk's key file and binds PCR 15 to the cluster ID; resolves with it. */
+async function rebind(keys: RebindKeys, deps: RejoinDependencies): Promise<Uint8Array> {
+  try {
+    await deps.diskKeyFile.write(keys.stateDiskKey);
+  } catch (error) {
+    throw new RejoinError("key-file", `writing the state disk's key file: ${errorFields(error).error}`, {
+      cause: error,
+    });
+  }
+  const clusterId = await deriveClusterId(keys.measurementSecret, keys.measurementSalt);
+  let locked: boolean;
+  try {
+    locked = await deps.lock.tryLock(clusterId);
+  } catch (error) {
+    throw new RejoinError("lock-failed", `binding PCR 15: ${errorFields(error).error}`, { cause: error });
+  }
+  if (!locked) throw new RejoinError("lock-held", "the node lock is already taken");
+  return clusterId;
+}
+
+/**
+ * The first of the join services' rounds and the operator's recovery to
+ * deliver keys; the other is stopped. Keys a recovery delivered too late
+ * are turned away through their `settle`, so its caller gets an answer.
+ */
+async function firstKeys(
+  fromJoinServices: (signal: AbortSignal) => Promise<{ ticket: RebindKeys; endpoint: string }>,
+  recovery: Recovery | undefined,
+  options: { signal?: AbortSignal; logger: Logger },
+): Promise<{ keys: RebindKeys; source: string; settle?: RecoveredKeys["settle"] }> {
+  const race = new AbortController();
+  const signal = options.signal ? AbortSignal.any([options.signal, race.signal]) : race.signal;
+  const joined = fromJoinServices(signal).then(({ ticket, endpoint }) => ({
+    keys: ticket,
+    source: endpoint,
+  }));
+  const recovered = recovery?.accept({ signal }).then(
+    (keys) => ({ keys, source: "recovery", settle: keys.settle }),
+    (error) => {
+      if (!signal.aborted) {
+        options.logger.warn("the operator's recovery is unavailable; only join services are asked", {
+          ...errorFields(error),
+        });
+      }
+      return new Promise<never>(() => {});
+    },
+  );
+  let winner: { keys: RebindKeys; source: string; settle?: RecoveredKeys["settle"] } | undefined;
+  try {
+    winner = await Promise.race(recovered ? [joined, recovered] : [joined]);
+    return winner;
+  } finally {
+    race.abort(new DOMException("another source delivered the keys", "AbortError"));
+    joined.catch(() => {});
+    if (winner?.source !== "recovery") {
+      const why = winner ? "this node rejoined through a join service meanwhile" : "the rejoin stopped";
+      recovered?.then((late) => late.settle({ error: why }));
+    }
   }
 }

@@ -26,7 +26,8 @@
  */
 import { Code } from "@connectrpc/connect";
 import type { Transport } from "@connectrpc/connect";
-import { initCluster, InitError, type InitParameters, type InitResult } from "../init/client.ts";
+import { initCluster, type InitParameters, type InitResult } from "../init/client.ts";
+import { NodeExchangeError } from "../init/node_exchange.ts";
 import { MEASUREMENT_SALT_LENGTH } from "../init/protocol.ts";
 import type { Logger } from "../log/logger.ts";
 import { encodeMasterSecretUri } from "../kms/uri.ts";
@@ -145,10 +146,10 @@ export async function saveNodeLogs(path: string, logs: Uint8Array): Promise<stri
   }
 }
 
-/** An {@linkcode InitError} with what the CLI knows about the attempt. */
+/** An {@linkcode NodeExchangeError} with what the CLI knows about the attempt. */
 class InitFailure extends Error {
   constructor(
-    readonly error: InitError,
+    readonly error: NodeExchangeError,
     readonly timedOut: "connect" | "init" | undefined,
     readonly attempts: number,
     readonly streamed: Uint8Array[],
@@ -210,7 +211,7 @@ async function initWithRetry(
         }),
       );
     } catch (error) {
-      if (!(error instanceof InitError)) throw error;
+      if (!(error instanceof NodeExchangeError)) throw error;
       const retry = error.reason === "unavailable" && !initSent && !env.signal?.aborted &&
         Date.now() + RETRY_INTERVAL_MS < deadline;
       if (!retry) throw new InitFailure(error, timedOut, attempt, streamed, initSent);
@@ -219,7 +220,7 @@ async function initWithRetry(
       );
       await delay(RETRY_INTERVAL_MS, env.signal);
       if (env.signal?.aborted) {
-        throw new InitFailure(new InitError("canceled", "canceled"), undefined, attempt, []);
+        throw new InitFailure(new NodeExchangeError("canceled", "canceled"), undefined, attempt, []);
       }
     } finally {
       clearTimeout(timer);
@@ -305,7 +306,7 @@ const UNANSWERED_INIT =
   ". The Init reached the node: if it took its node lock it goes on initializing by itself (for at most 25 minutes), and a new cli init is refused; its kubeconfig is sent once, sealed to this run's key, and cannot be fetched again";
 
 /** Whether the node refused because the init secret does not match its metadata's hash. */
-function isInitSecretRefusal(error: InitError): boolean {
+function isInitSecretRefusal(error: NodeExchangeError): boolean {
   return error.code === Code.PermissionDenied && /invalid init secret/.test(error.serverMessage ?? "");
 }
 
@@ -353,11 +354,11 @@ function observedTransport(transport: Transport, onCall: (method: string) => voi
   };
 }
 
-/** `work`, or a "canceled" {@linkcode InitError} as soon as `signal` aborts. */
+/** `work`, or a "canceled" {@linkcode NodeExchangeError} as soon as `signal` aborts. */
 function untilAborted<T>(signal: AbortSignal, work: Promise<T>): Promise<T> {
-  if (signal.aborted) return Promise.reject(new InitError("canceled", "canceled"));
+  if (signal.aborted) return Promise.reject(new NodeExchangeError("canceled", "canceled"));
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new InitError("canceled", "canceled"));
+    const onAbort = () => reject(new NodeExchangeError("canceled", "canceled"));
     signal.addEventListener("abort", onAbort, { once: true });
     work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
   });

@@ -6,7 +6,8 @@
  * objects the init created.
  */
 import assert from "node:assert/strict";
-import { initCluster, InitError } from "../../src/init/client.ts";
+import { initCluster } from "../../src/init/client.ts";
+import { NodeExchangeError } from "../../src/init/node_exchange.ts";
 import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../../src/kms/keys.ts";
 import { injectFailures } from "../../src/kubeadmsim/inject.ts";
 import { readRecords } from "../../src/kubeadmsim/record.ts";
@@ -79,7 +80,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       await assert.rejects(
         initCluster(initRequest("not the init secret"), { transport: cpConnection.transport, validator }),
         (err) => {
-          assert.ok(err instanceof InitError, String(err));
+          assert.ok(err instanceof NodeExchangeError, String(err));
           assert.match(err.message, /init secret/);
           return true;
         },
@@ -172,7 +173,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       });
       await assert.rejects(
         initCluster(initRequest(INIT_SECRET), { transport: connection.transport, validator }),
-        (err) => err instanceof InitError && err.reason === "unavailable",
+        (err) => err instanceof NodeExchangeError && err.reason === "unavailable",
       );
     });
 

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { generateKeyPair } from "../../src/atls/hpke.ts";
 import { API, type InitResponse } from "../../src/gen/init/init_pb.ts";
-import { initCluster, type InitError, type InitParameters } from "../../src/init/client.ts";
+import { initCluster, type InitParameters } from "../../src/init/client.ts";
+import type { NodeExchangeError } from "../../src/init/node_exchange.ts";
 import { initReportData, sealInitRequest } from "../../src/init/protocol.ts";
 import { SHOW_ATTESTATION_CONCURRENCY, SHOW_ATTESTATION_QUEUE } from "../../src/bootstrapper/initserver.ts";
 import { DEFAULT_ATTESTATION_KEY_LIFETIME_MS } from "../../src/bootstrapper/attested_keys.ts";
@@ -39,9 +40,9 @@ async function run(
 async function refused(world: InitWorld, parameters?: InitParameters, onLog?: (c: Uint8Array) => void) {
   const error = await run(world, parameters, onLog).then(
     () => assert.fail("init succeeded"),
-    (e: InitError) => e,
+    (e: NodeExchangeError) => e,
   );
-  assert.equal(error.name, "InitError");
+  assert.equal(error.name, "NodeExchangeError");
   seen.push(error.message, error.serverMessage ?? "", decoder.decode(error.logs));
   return error;
 }
@@ -463,7 +464,7 @@ Deno.test("init server", async (t) => {
 
   await t.step("an issuer failure: Unavailable, and the client says unavailable", async () => {
     const w = world({ issuer: { variant: "dummy", issue: () => Promise.reject(new Error("TPM gone")) } });
-    const error = await run(w).then(() => assert.fail("succeeded"), (e: InitError) => e);
+    const error = await run(w).then(() => assert.fail("succeeded"), (e: NodeExchangeError) => e);
     assert.equal(error.reason, "unavailable");
   });
 

@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import type { InstanceMetadata } from "../../src/bootstrapper/joinclient.ts";
 import { TicketError } from "../../src/bootstrapper/join_ticket_source.ts";
-import { rejoin, type RejoinDependencies, RejoinError } from "../../src/bootstrapper/rejoin.ts";
+import {
+  type Recovery,
+  rejoin,
+  type RejoinDependencies,
+  RejoinError,
+} from "../../src/bootstrapper/rejoin.ts";
+import type { RebindOutcome, RecoveredKeys } from "../../src/bootstrapper/recoveryserver.ts";
 import { deriveClusterId } from "../../src/kms/keys.ts";
 import { drive, ManualTimers, recordingLogger, until } from "./support.ts";
 
@@ -27,6 +33,29 @@ interface Options {
   /** The key file's write fails with this message. */
   keyFileFails?: string;
   peers?: () => Promise<InstanceMetadata[]>;
+  /** This node's metadata; default control plane cp-1. */
+  self?: InstanceMetadata;
+  /** The operator's recovery; none when absent. */
+  recovery?: Recovery;
+}
+
+/** A recovery whose keys the test hands over (`deliver`), recording every settle. */
+function fakeRecovery(options: { unavailable?: string; ignoresAbort?: boolean } = {}) {
+  const settled: RebindOutcome[] = [];
+  const accepts: AbortSignal[] = [];
+  let pending: PromiseWithResolvers<RecoveredKeys> | undefined;
+  const recovery: Recovery = {
+    accept: ({ signal }) => {
+      accepts.push(signal);
+      if (options.unavailable) return Promise.reject(new Error(options.unavailable));
+      pending = Promise.withResolvers();
+      if (!options.ignoresAbort) signal.addEventListener("abort", () => pending!.reject(signal.reason));
+      return pending.promise;
+    },
+  };
+  const deliver = (keys: Ticket = TICKET) =>
+    pending!.resolve({ ...keys, settle: (outcome) => void settled.push(outcome) });
+  return { recovery, settled, accepts, deliver };
 }
 
 function setup(options: Options = {}) {
@@ -45,7 +74,10 @@ function setup(options: Options = {}) {
         return Promise.resolve(key.every((byte, i) => byte === DISK_KEY[i]));
       },
     },
-    metadata: { self: () => Promise.resolve(self), peers: options.peers ?? (() => Promise.resolve(peers)) },
+    metadata: {
+      self: () => Promise.resolve(options.self ?? self),
+      peers: options.peers ?? (() => Promise.resolve(peers)),
+    },
     tickets: {
       rejoinTicket: (endpoint, diskUuid) => {
         assert.equal(diskUuid, DISK_UUID);
@@ -66,6 +98,7 @@ function setup(options: Options = {}) {
         return Promise.resolve(locks.length === 1);
       },
     },
+    recovery: options.recovery,
     logger: log.logger,
     timers,
   };
@@ -98,7 +131,7 @@ Deno.test("rejoin", async (t) => {
               : Promise.resolve(TICKET),
         });
         const outcome = await drive(rejoin(s.deps, { retryIntervalMs: INTERVAL }), s.timers, INTERVAL);
-        assert.deepEqual(outcome, { status: "rebound", clusterId, endpoint: "10.0.0.2:30090" });
+        assert.deepEqual(outcome, { status: "rebound", clusterId, source: "10.0.0.2:30090" });
         assert.deepEqual(s.keyFile, [DISK_KEY], "only the key that opens the disk");
         assert.deepEqual(
           s.endpoints,
@@ -123,7 +156,7 @@ Deno.test("rejoin", async (t) => {
             Promise.resolve(index === 0 ? { ...TICKET, measurementSalt: new Uint8Array() } : TICKET),
         });
         const outcome = await rejoin(s.deps, { retryIntervalMs: INTERVAL });
-        assert.deepEqual(outcome, { status: "rebound", clusterId, endpoint: "10.0.0.3:30090" });
+        assert.deepEqual(outcome, { status: "rebound", clusterId, source: "10.0.0.3:30090" });
         const warned = s.log.entries().filter((e) =>
           e.msg === "rejoin ticket refused, unreachable or unusable"
         );
@@ -141,6 +174,76 @@ Deno.test("rejoin", async (t) => {
         assert.ok(error instanceof RejoinError);
         assert.equal(error.reason, "key-file");
         assert.equal(error.message, "writing the state disk's key file: read-only file system");
+        assert.deepEqual(s.locks, []);
+      },
+    },
+    {
+      name:
+        "a control plane without join services: the operator's recovery rebinds it and is told the cluster ID",
+      run: async () => {
+        const r = fakeRecovery();
+        const s = setup({ peers: () => Promise.resolve([self]), recovery: r.recovery });
+        const running = rejoin(s.deps, { retryIntervalMs: INTERVAL });
+        await until(() => s.timers.pending.includes(INTERVAL) && r.accepts.length === 1);
+        r.deliver();
+        assert.deepEqual(await running, { status: "rebound", clusterId, source: "recovery" });
+        assert.deepEqual(s.keyFile, [DISK_KEY]);
+        assert.deepEqual(s.locks, [clusterId]);
+        assert.deepEqual(r.settled, [{ clusterId }]);
+        assert.ok(r.accepts[0].aborted, "the recovery is no longer offered");
+        assert.deepEqual(s.timers.pending, [], "the join services' loop stopped");
+      },
+    },
+    {
+      name: "a worker: no recovery is offered",
+      run: async () => {
+        const r = fakeRecovery();
+        const worker = { ...self, role: "Worker" as const };
+        const s = setup({ self: worker, recovery: r.recovery });
+        assert.deepEqual(await rejoin(s.deps), { status: "rebound", clusterId, source: "10.0.0.2:30090" });
+        assert.deepEqual(r.accepts, []);
+      },
+    },
+    {
+      name:
+        "a recovery that cannot be offered (its port taken): logged, the join services still rejoin the node",
+      run: async () => {
+        const r = fakeRecovery({ unavailable: "address in use" });
+        const s = setup({ recovery: r.recovery });
+        assert.deepEqual(await rejoin(s.deps), { status: "rebound", clusterId, source: "10.0.0.2:30090" });
+        const warned = s.log.entries().filter((e) =>
+          String(e.msg).startsWith("the operator's recovery is unavailable")
+        );
+        assert.deepEqual(warned.map((e) => e.error), ["address in use"]);
+      },
+    },
+    {
+      name: "keys a recovery delivers after a join service did are turned away, not left unanswered",
+      run: async () => {
+        const r = fakeRecovery({ ignoresAbort: true });
+        const s = setup({ recovery: r.recovery });
+        assert.deepEqual(await rejoin(s.deps), { status: "rebound", clusterId, source: "10.0.0.2:30090" });
+        r.deliver();
+        await until(() => r.settled.length === 1);
+        assert.deepEqual(r.settled, [{ error: "this node rejoined through a join service meanwhile" }]);
+        assert.deepEqual(s.locks, [clusterId], "bound once");
+      },
+    },
+    {
+      name: "recovered keys that cannot be used (the key file): the recovery is told why, the rejoin fails",
+      run: async () => {
+        const r = fakeRecovery();
+        const s = setup({
+          peers: () => Promise.resolve([self]),
+          recovery: r.recovery,
+          keyFileFails: "disk full",
+        });
+        const running = rejoin(s.deps, { retryIntervalMs: INTERVAL });
+        await until(() => r.accepts.length === 1);
+        r.deliver();
+        const error = await running.then(() => assert.fail("rejoined"), (e) => e);
+        assert.equal(error.reason, "key-file");
+        assert.deepEqual(r.settled, [{ error: "writing the state disk's key file: disk full" }]);
         assert.deepEqual(s.locks, []);
       },
     },

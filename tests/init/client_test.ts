@@ -5,7 +5,8 @@ import { AttestationError, type Measurements, type Validator } from "../../src/a
 import { TpmIssuer } from "../../src/attestation/tpm/issuer.ts";
 import { TpmValidator } from "../../src/attestation/tpm/validator.ts";
 import { API, InitResponseSchema } from "../../src/gen/init/init_pb.ts";
-import { initCluster, type InitError } from "../../src/init/client.ts";
+import { initCluster } from "../../src/init/client.ts";
+import type { NodeExchangeError } from "../../src/init/node_exchange.ts";
 import { silentLogger } from "../../src/log/logger.ts";
 import {
   CLUSTER_ID,
@@ -19,8 +20,8 @@ import { startSwtpm } from "../../src/localcluster/swtpm.ts";
 
 const decoder = new TextDecoder();
 
-async function failure(call: Promise<unknown>): Promise<InitError> {
-  return await call.then(() => assert.fail("init succeeded"), (error: InitError) => error);
+async function failure(call: Promise<unknown>): Promise<NodeExchangeError> {
+  return await call.then(() => assert.fail("init succeeded"), (error: NodeExchangeError) => error);
 }
 
 /** Serves `world`'s handler over TLS on loopback. */
