@@ -64,6 +64,8 @@ export interface BootstrapperFlags {
   stateDiskPbkdf?: { type: "pbkdf2" | "argon2i" | "argon2id"; forceIterations?: number };
   /** The join service's port on control-plane nodes. */
   joinServicePort: number;
+  /** The recovery server's port (`rejoin` on control-plane nodes); 0 picks a free port. */
+  recoveryPort: number;
   /** Pause between join attempts. */
   joinRetryIntervalMs: number;
   /** Deadline of each metadata or join-service call. */
@@ -84,7 +86,9 @@ client at once; the first to take the node lock wins and the other stops.
 
   rejoin    after a reboot with an initialized state disk: asks the join
             service for the disk key, checks it opens the disk, and re-binds
-            PCR 15; then run the bootstrapper as usual
+            PCR 15; then run the bootstrapper as usual. A control-plane node
+            also serves recoverproto.API on --recovery-port meanwhile, for
+            when no join service runs (cli recover --node <address>:9999)
 
 Flags:
   --attestation-variant <v>     qemu-vtpm or dummy (default: $CONSTEL_ATTESTATION_VARIANT;
@@ -108,6 +112,7 @@ Flags:
   --port <port>                 init.API port (default 9000)
   --listen-address <addr>       IP address to bind (default 0.0.0.0)
   --join-service-port <port>    the join service on control-plane nodes (default 30090)
+  --recovery-port <port>        rejoin: the recovery server's port (default 9999)
   --join-retry-interval <s>     pause between join attempts (default 30)
   --join-call-timeout <s>       deadline per metadata or join-service call (default 30)
   --log-level <level>           debug, info, warn or error (default info)
@@ -151,6 +156,7 @@ export function parseBootstrapperFlags(
     port: { type: "string", default: "9000" },
     "listen-address": { type: "string", default: "0.0.0.0" },
     "join-service-port": { type: "string", default: "30090" },
+    "recovery-port": { type: "string", default: "9999" },
     "join-retry-interval": { type: "string", default: "30" },
     "join-call-timeout": { type: "string", default: "30" },
     "log-level": { type: "string", default: "info" },
@@ -193,6 +199,7 @@ export function parseBootstrapperFlags(
       underRoot(root, "run/cryptsetup-keys.d/state.key"),
     stateDiskPbkdf: values["state-disk-pbkdf"] === undefined ? undefined : pbkdf(values["state-disk-pbkdf"]),
     joinServicePort: parsePort(values["join-service-port"], "--join-service-port"),
+    recoveryPort: parsePort(values["recovery-port"], "--recovery-port"),
     joinRetryIntervalMs: seconds(values["join-retry-interval"], "--join-retry-interval"),
     joinCallTimeoutMs: seconds(values["join-call-timeout"], "--join-call-timeout"),
     logLevel,

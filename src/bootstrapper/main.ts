@@ -32,10 +32,11 @@ import { systemClock } from "../clock.ts";
 import { commandLine } from "../flags/flags.ts";
 import { removeIfExists, writeFileAtomic } from "../fs/atomic_write.ts";
 import { API } from "../gen/init/init_pb.ts";
+import { API as RecoverAPI } from "../gen/recoverproto/recover_pb.ts";
 import { createLogger, type Logger } from "../log/logger.ts";
 import { MetadataClient } from "../metadata/client.ts";
 import { serveBrowserRpc } from "../rpc/browser_server.ts";
-import { serveRpc } from "../rpc/server.ts";
+import { type RpcServer, serveRpc } from "../rpc/server.ts";
 import { terminationSignal } from "../rpc/signals.ts";
 import { readSecretFile } from "../secrets/secret_file.ts";
 import { createSelfSignedCertificate } from "../x509/selfsigned.ts";
@@ -53,7 +54,8 @@ import { type ClusterMarker, NodeLock } from "./nodelock.ts";
 import { type NodePaths, nodePaths } from "./node_paths.ts";
 import { readNodeState, writeNodeState } from "./node_state.ts";
 import { isNodeBound, TpmClusterMarker } from "./pcr15.ts";
-import { rejoin } from "./rejoin.ts";
+import { RecoveryServer } from "./recoveryserver.ts";
+import { type Recovery, rejoin } from "./rejoin.ts";
 import {
   EXIT_FAILURE,
   type KubeletStarter,
@@ -273,31 +275,61 @@ async function prepare(
   return { paths, logger, issuer, lock, disk, metadata, tickets, runDependencies };
 }
 
-/** `bootstrapper rejoin`: writes an initialized disk's key where the image maps it from, re-binds PCR 15. */
+/**
+ * `bootstrapper rejoin`: writes an initialized disk's key where the image maps it from, re-binds PCR 15.
+ * A control plane also offers the operator's recovery: its server starts when the rejoin offers it, and
+ * stops (after the answer in flight) when the rejoin ends.
+ */
 async function runRejoin(flags: BootstrapperFlags, node: Node, signal: AbortSignal): Promise<number> {
-  const outcome = await rejoin({
+  const { logger } = node;
+  const recoveryServer = new RecoveryServer({
+    issuer: node.issuer,
     disk: node.disk,
-    metadata: node.metadata,
-    tickets: node.tickets,
-    diskKeyFile: {
-      write: (key) => writeFileAtomic(flags.stateDiskPassphraseFile, key, { mode: DISK_KEY_FILE_MODE }),
-    },
-    lock: node.lock,
-    logger: node.logger,
-  }, {
-    retryIntervalMs: flags.joinRetryIntervalMs,
-    callTimeoutMs: flags.joinCallTimeoutMs,
-    joinServicePort: flags.joinServicePort,
-    signal,
+    clock: systemClock,
+    logger,
   });
-  node.logger.info(
-    outcome.status === "rebound"
-      ? "rejoined: the state disk opens with the cluster's key and PCR 15 is bound again"
-      : outcome.status === "not-initialized"
-      ? "the state disk is not initialized: nothing to rejoin, run the bootstrapper"
-      : "rejoin stopped",
-  );
-  return 0;
+  let listening: Promise<RpcServer> | undefined;
+  const recovery: Recovery = {
+    accept: async (options) => {
+      listening ??= serveRpc({
+        hostname: flags.listenAddress,
+        port: flags.recoveryPort,
+        tls: createSelfSignedCertificate({ commonName: "bootstrapper-recovery", dnsNames: ["localhost"] }),
+        routes: (router) => router.service(RecoverAPI, recoveryServer.handlers()),
+      });
+      const server = await listening;
+      logger.info("recovery server listening", { address: flags.listenAddress, port: server.address.port });
+      return await recoveryServer.accept(options);
+    },
+  };
+  try {
+    const outcome = await rejoin({
+      disk: node.disk,
+      metadata: node.metadata,
+      tickets: node.tickets,
+      diskKeyFile: {
+        write: (key) => writeFileAtomic(flags.stateDiskPassphraseFile, key, { mode: DISK_KEY_FILE_MODE }),
+      },
+      lock: node.lock,
+      recovery,
+      logger,
+    }, {
+      retryIntervalMs: flags.joinRetryIntervalMs,
+      callTimeoutMs: flags.joinCallTimeoutMs,
+      joinServicePort: flags.joinServicePort,
+      signal,
+    });
+    logger.info(
+      outcome.status === "rebound"
+        ? "rejoined: the state disk opens with the cluster's key and PCR 15 is bound again"
+        : outcome.status === "not-initialized"
+        ? "the state disk is not initialized: nothing to rejoin, run the bootstrapper"
+        : "rejoin stopped",
+    );
+    return 0;
+  } finally {
+    await listening?.then((server) => server.shutdown(SHUTDOWN_GRACE_MS), () => {});
+  }
 }
 
 /**

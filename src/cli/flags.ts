@@ -8,7 +8,7 @@
 import { resolve } from "node:path";
 import { parseEndpointFlag, parseFlags, parsePositive, UsageError } from "../flags/flags.ts";
 import type { InitCommand } from "./init.ts";
-import { DISK_UUID, type RecoverCommand } from "./recover.ts";
+import { DISK_UUID, type RecoverCommand, type RecoverNodeCommand } from "./recover.ts";
 import type { VerifyOutput } from "./verify_report.ts";
 
 /** A parsed command line. */
@@ -22,7 +22,8 @@ export type CliCommand =
     output: VerifyOutput;
     timeoutMs: number;
   }
-  | { command: "recover"; recover: RecoverCommand };
+  | { command: "recover"; recover: RecoverCommand }
+  | { command: "recover-node"; recover: RecoverNodeCommand };
 
 /** Defaults of `cli init`. */
 export const INIT_DEFAULTS = {
@@ -44,7 +45,8 @@ The operator's CLI of a confidential Kubernetes cluster.
 Commands:
   init      initialize the cluster on its first control-plane node
   verify    check a node's attestation against the attestation config
-  recover   derive a node's state disk key from the master secret
+  recover   bring back a control-plane node that no join service can rejoin (--node),
+            or derive a node's state disk key from the master secret (--disk-uuid)
 
 cli init --node HOST:PORT --attestation-config FILE --master-secret FILE
          --init-secret-file FILE --kubernetes-version V [flags]
@@ -72,6 +74,11 @@ cli verify (--node HOST:PORT | --evidence FILE) --attestation-config FILE [--out
   value. Exit status 0 only when the attestation passes. --evidence checks evidence saved
   to a file instead (the browser console's "Download evidence"), for the nonce in it.
 
+cli recover --node HOST:PORT --master-secret FILE --attestation-config FILE [--timeout <seconds>]
+  The node's rejoin serves the recovery on port 9999 while no join service answers it.
+  Its attestation is verified against the config, then the master secret is sent sealed to
+  it; the node derives its disk key and cluster ID and boots on (default ${VERIFY_TIMEOUT_SECONDS} s).
+
 cli recover --master-secret FILE --disk-uuid UUID (--out FILE | --print-hex)
   The disk key (raw 32 bytes) to a new 0600 file, for cryptsetup open --key-file FILE;
   or as hex on stdout with --print-hex.
@@ -92,7 +99,7 @@ export function parseCliArgs(args: string[]): CliCommand | "help" {
     case "verify":
       return parseVerifyFlags(rest);
     case "recover":
-      return { command, recover: parseRecoverFlags(rest) };
+      return parseRecoverFlags(rest);
     default:
       throw new UsageError(`unknown command "${command}": one of ${COMMANDS.join(", ")}`);
   }
@@ -108,6 +115,7 @@ function seconds(value: string | undefined, flag: string, fallback: number): num
 }
 
 const NODE_EXAMPLE = "10.0.0.5:9000";
+const RECOVER_NODE_EXAMPLE = "10.0.0.5:9999";
 
 function parseInitFlags(args: string[]): InitCommand {
   const flags = parseFlags(args, {
@@ -178,14 +186,35 @@ function parseVerifyFlags(args: string[]): CliCommand {
   };
 }
 
-function parseRecoverFlags(args: string[]): RecoverCommand {
+function parseRecoverFlags(args: string[]): CliCommand {
   const flags = parseFlags(args, {
+    node: { type: "string" },
     "master-secret": { type: "string" },
+    "attestation-config": { type: "string" },
+    timeout: { type: "string" },
     "disk-uuid": { type: "string" },
     out: { type: "string" },
     "print-hex": { type: "boolean" },
   }, "cli recover");
-  const diskUuid = required(flags["disk-uuid"], "--disk-uuid");
+  const masterSecret = required(flags["master-secret"], "--master-secret");
+  if (flags.node !== undefined) {
+    for (const offline of ["disk-uuid", "out", "print-hex"] as const) {
+      if (flags[offline] !== undefined) throw new UsageError(`give --node or --${offline}, not both`);
+    }
+    return {
+      command: "recover-node",
+      recover: {
+        node: parseEndpointFlag(required(flags.node, "--node"), "--node", RECOVER_NODE_EXAMPLE),
+        masterSecret,
+        attestationConfig: required(flags["attestation-config"], "--attestation-config"),
+        timeoutMs: seconds(flags.timeout, "--timeout", VERIFY_TIMEOUT_SECONDS),
+      },
+    };
+  }
+  for (const online of ["attestation-config", "timeout"] as const) {
+    if (flags[online] !== undefined) throw new UsageError(`--${online} needs --node`);
+  }
+  const diskUuid = required(flags["disk-uuid"], "--disk-uuid (or --node)");
   if (!DISK_UUID.test(diskUuid)) {
     throw new UsageError(
       `invalid --disk-uuid "${diskUuid}": want a UUID like 0123abcd-0000-4000-8000-00000000cafe`,
@@ -198,8 +227,11 @@ function parseRecoverFlags(args: string[]): RecoverCommand {
     throw new UsageError("give --out FILE (a new 0600 key file) or --print-hex (the key as hex on stdout)");
   }
   return {
-    masterSecret: required(flags["master-secret"], "--master-secret"),
-    diskUuid,
-    output: flags.out !== undefined ? { file: required(flags.out, "--out") } : "stdout-hex",
+    command: "recover",
+    recover: {
+      masterSecret,
+      diskUuid,
+      output: flags.out !== undefined ? { file: required(flags.out, "--out") } : "stdout-hex",
+    },
   };
 }

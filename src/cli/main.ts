@@ -1,7 +1,8 @@
 /**
  * The operator's CLI (`deno task cli …`, or `dist/cli`): `init` initializes
  * a cluster on its first node, `verify` checks a node's attestation,
- * `recover` derives a node's disk key from the master secret (see
+ * `recover` brings back a control plane no join service can rejoin, or
+ * derives a node's disk key from the master secret (see
  * flags.ts for the command line).
  *
  * Exit status: 0 on success, 1 on a failure (one line `cli: <what to fix>`
@@ -81,6 +82,11 @@ async function run(parsed: CliCommand, signal: AbortSignal): Promise<number> {
     case "recover": {
       const { runRecover } = await import("./recover.ts");
       await runRecover(parsed.recover, printStdout);
+      return 0;
+    }
+    case "recover-node": {
+      const { runRecoverNode } = await import("./recover.ts");
+      await runRecoverNode(parsed.recover, { logger, print: printStdout, signal });
       return 0;
     }
   }

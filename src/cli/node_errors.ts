@@ -8,13 +8,37 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { CliError, errorLine } from "./errors.ts";
 
-/** Turns an error of a call to `node` into a {@linkcode CliError}. */
-export function describeNodeCallError(error: unknown, node: string, signal?: AbortSignal): CliError {
+/** Which of a node's servers a call went to, for the hint of an unreachable node. */
+export interface NodeServer {
+  /** e.g. "init server". */
+  name: string;
+  /** Its port on nodes. */
+  defaultPort: number;
+  /** What must run on the node for it to answer. */
+  runs: string;
+}
+
+/** The init server (`init.API`), which `cli init` and `cli verify` call. */
+export const INIT_SERVER: NodeServer = {
+  name: "init server",
+  defaultPort: 9000,
+  runs: "the node's bootstrapper is running",
+};
+
+/** Turns an error of a call to `node`'s `server` into a {@linkcode CliError}. */
+export function describeNodeCallError(
+  error: unknown,
+  node: string,
+  signal?: AbortSignal,
+  server: NodeServer = INIT_SERVER,
+): CliError {
+  const hint =
+    `check --node (host and ${server.name} port, default ${server.defaultPort}) and that ${server.runs}`;
   // AbortSignal.timeout's reason: the node did not answer in time, nobody canceled anything.
   if (signal?.aborted && signal.reason instanceof DOMException && signal.reason.name === "TimeoutError") {
     return new CliError(
       "unreachable",
-      `node ${node} did not answer within --timeout: check --node (host and init server port, default 9000) and that the node's bootstrapper is running`,
+      `node ${node} did not answer within --timeout: ${hint}`,
       { cause: error },
     );
   }
@@ -29,7 +53,7 @@ export function describeNodeCallError(error: unknown, node: string, signal?: Abo
   const detail = error instanceof ConnectError ? error.rawMessage : errorLine(error);
   return new CliError(
     "unreachable",
-    `node ${node} is unreachable (${detail}): check --node (host and init server port, default 9000) and that the node's bootstrapper is running`,
+    `node ${node} is unreachable (${detail}): ${hint}`,
     { cause: error },
   );
 }

@@ -1,9 +1,18 @@
 /**
- * `cli recover`: the original's recovery, without the cluster. A node's
- * state disk key is derived from the master secret as the key service does
- * it: `HKDF-SHA256(master secret, salt, "key-" + lower-case disk UUID, 32)`.
- * The key is the LUKS2 passphrase as raw bytes, so the file it writes opens
- * the disk directly:
+ * `cli recover`, two ways:
+ *
+ * - **`--node HOST:PORT`**: the original's recovery of a control-plane node
+ *   that cannot rejoin because no join service runs (the cluster's only
+ *   control plane rebooted, or all of them did). The node's rejoin serves
+ *   `recoverproto.API` on port 9999; this verifies its attestation against
+ *   the config and sends the master secret sealed to the attested key
+ *   (docs/attested-exchange.md §8). The node derives its disk key and
+ *   cluster ID itself, rebinds, and boots on.
+ * - **`--disk-uuid UUID`**: without the cluster or the node. A node's
+ *   state disk key is derived from the master secret as the key service
+ *   does it: `HKDF-SHA256(master secret, salt, "key-" + lower-case disk
+ *   UUID, 32)`. The key is the LUKS2 passphrase as raw bytes, so the file it
+ *   writes opens the disk directly:
  *
  * ```sh
  * cli recover --master-secret constellation-mastersecret.json --disk-uuid "$(cryptsetup luksUUID /dev/sdb)" --out disk.key
@@ -15,9 +24,18 @@
  *
  * @module
  */
+import { NodeExchangeError } from "../init/node_exchange.ts";
+import { recoverNode } from "../init/recover_client.ts";
 import { ClusterKms } from "../kms/cluster_kms.ts";
 import { deriveStateDiskKey } from "../kms/keys.ts";
+import { encodeMasterSecretUri } from "../kms/uri.ts";
+import type { Logger } from "../log/logger.ts";
+import { configValidator, readAttestationConfigFile } from "./attestation_config_file.ts";
+import { CliError } from "./errors.ts";
+import { NO_STORE_URI } from "./init.ts";
 import { readMasterSecretFile } from "./master_secret_file.ts";
+import { connectNode } from "./node_connection.ts";
+import { describeNodeCallError, type NodeServer } from "./node_errors.ts";
 import { createNewFile } from "./output_file.ts";
 
 /** A disk UUID as cryptsetup and the bootstrapper report it (either case). */
@@ -52,5 +70,78 @@ export async function runRecover(command: RecoverCommand, print: (line: string) 
     print(`open the disk with: cryptsetup open --key-file ${command.output.file} <device> <name>`);
   } finally {
     key.fill(0);
+  }
+}
+
+/** What `cli recover --node` is asked to do. */
+export interface RecoverNodeCommand {
+  /** The node's recovery server, "host:port". */
+  node: string;
+  /** The master secret file (read, never created). */
+  masterSecret: string;
+  /** The attestation config file the node's evidence must satisfy. */
+  attestationConfig: string;
+  /** How long to wait for the node, in ms. */
+  timeoutMs: number;
+}
+
+/** The recovery server (`recoverproto.API`) of a rebooting control plane. */
+export const RECOVERY_SERVER: NodeServer = {
+  name: "recovery server",
+  defaultPort: 9999,
+  runs: "the node is a control plane waiting in its rejoin (bootstrapper rejoin)",
+};
+
+/**
+ * Runs `cli recover --node`: the node's attestation verified, then the
+ * master secret sent sealed. `print` receives the lines for stdout. Throws
+ * {@linkcode CliError}.
+ */
+export async function runRecoverNode(
+  command: RecoverNodeCommand,
+  env: { logger: Logger; print(line: string): void; signal?: AbortSignal },
+): Promise<void> {
+  const validator = configValidator(await readAttestationConfigFile(command.attestationConfig), env.logger);
+  const secret = await readMasterSecretFile(command.masterSecret);
+  const timeout = AbortSignal.timeout(command.timeoutMs);
+  const signal = env.signal ? AbortSignal.any([env.signal, timeout]) : timeout;
+  using connection = connectNode(command.node);
+  let result;
+  try {
+    result = await recoverNode(
+      { kmsUri: encodeMasterSecretUri(secret), storageUri: NO_STORE_URI },
+      { transport: connection.transport, validator, signal },
+    );
+  } catch (error) {
+    if (!(error instanceof NodeExchangeError)) throw error;
+    throw describeRecoverFailure(error, command, signal);
+  }
+  env.print(`recovered node ${command.node}: its state disk ${result.diskUuid} opens with the cluster's key`);
+  env.print(`cluster ID: ${result.clusterId.toHex()}`);
+  env.print("the node boots on: its state disk is mapped, and the kubelet starts with its credentials");
+}
+
+/** A failed recovery in the operator's words. */
+function describeRecoverFailure(
+  error: NodeExchangeError,
+  command: RecoverNodeCommand,
+  signal: AbortSignal,
+): CliError {
+  switch (error.reason) {
+    case "attestation-rejected":
+      return new CliError(
+        "attestation",
+        `${error.message}. Nothing was sent. If the node runs the image you expect, the measurements in ${command.attestationConfig} are wrong (compare with cli verify)`,
+        { cause: error },
+      );
+    case "refused":
+      return new CliError("refused", `node ${command.node} refused the recovery: ${error.serverMessage}`, {
+        cause: error,
+      });
+    case "unavailable":
+    case "canceled":
+      return describeNodeCallError(error.cause ?? error, command.node, signal, RECOVERY_SERVER);
+    default:
+      return new CliError("protocol", error.message, { cause: error });
   }
 }

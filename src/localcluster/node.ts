@@ -22,6 +22,9 @@ export const BOOT_PCRS: readonly number[] = [4, 9];
 /** The bootstrapper's "listening" line, with the init server's port. */
 export const BOOTSTRAPPER_LISTENING = /"msg":"listening".*"port":(\d+)/;
 
+/** The log line of `bootstrapper rejoin` once its recovery server listens (on a control plane). */
+export const RECOVERY_LISTENING = /"msg":"recovery server listening".*"port":(\d+)/;
+
 /** Cheap key derivation for the throwaway disks (a real disk keeps cryptsetup's argon2id). */
 const FAST_PBKDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 /** A LUKS2 header takes 16 MiB; the file is sparse. */

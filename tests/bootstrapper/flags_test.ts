@@ -13,6 +13,7 @@ Deno.test("the bootstrapper's defaults are the original's: port 9000, metadata a
   assert.equal(flags.kubeadm, "/run/state/bin/kubeadm");
   assert.equal(flags.stateDiskPassphraseFile, "/run/cryptsetup-keys.d/state.key");
   assert.equal(flags.joinServicePort, 30090);
+  assert.equal(flags.recoveryPort, 9999);
   assert.equal(flags.joinRetryIntervalMs, 30_000);
   assert.equal(flags.joinCallTimeoutMs, 30_000);
 });

@@ -211,6 +211,51 @@ Deno.test("cli processes against a bootstrapper cluster: verify, init, recover",
       assert.ok(await diskOpensWith(cluster.controlPlane.disk, await Deno.readFile(`${ops}/disk.key`)));
     });
 
+    await t.step(
+      "recover --node: the only control plane reboots, no join service can rejoin it; the operator's master secret brings it back",
+      async () => {
+        const node0 = cluster.controlPlane;
+        await node0.reboot();
+        const keyFile = cluster.cpPaths.initialPassphrase;
+        await assert.rejects(Deno.stat(keyFile), Deno.errors.NotFound, "a reboot empties /run");
+        const rejoin = await node0.startRejoin(["--join-retry-interval", "1"]);
+        const recovery = `127.0.0.1:${rejoin.port}`;
+        const recoverArgs = (secretFile: string) => [
+          "recover",
+          ...["--node", recovery, "--master-secret", secretFile, "--attestation-config", config],
+        ];
+
+        const otherSecret = `${ops}/other-mastersecret.json`;
+        await Deno.writeTextFile(otherSecret, JSON.stringify({ key: "A".repeat(44), salt: "B".repeat(44) }));
+        const wrong = await cli(recoverArgs(otherSecret));
+        assert.equal(wrong.code, 1, output(wrong));
+        assert.match(wrong.stderrLines.at(-1)!, /refused the recovery: the master secret does not open/);
+        assert.equal((await node0.pcr15()).toHex(), "00".repeat(32), "nothing bound");
+
+        const result = await cli(recoverArgs(masterSecret));
+        assert.equal(result.code, 0, output(result));
+        assert.match(output(result), new RegExp(`^cluster ID: ${clusterId}$`, "m"));
+        const status = await rejoin.status;
+        assert.equal(status.code, 0, rejoin.stderrLines.slice(-5).join("\n"));
+        assert.ok(
+          rejoin.stderrLines.some((l) => l.includes('"source":"recovery"')),
+          "rebound by the recovery",
+        );
+        assert.ok(
+          await diskOpensWith(node0.disk, await Deno.readFile(keyFile)),
+          "the key file opens the disk",
+        );
+        assert.equal((await Deno.stat(keyFile)).mode! & 0o777, 0o400);
+        const secret = JSON.parse(await Deno.readTextFile(masterSecret));
+        assert.ok(!output(result).includes(secret.key), "the master secret is in no output");
+        assert.ok(!rejoin.stderrLines.some((l) => l.includes(secret.key)), "nor in the node's log");
+        // The normal start then sees a bound node: it starts the kubelet.
+        const start = await node0.run();
+        assert.equal(start.code, 0, start.stderrLines.slice(-5).join("\n"));
+        assert.match(start.stderrLines.join("\n"), /bound to a cluster/);
+      },
+    );
+
     await t.step("an unreachable node: init retries until --timeout, then names the node", async () => {
       const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
       const closed = (listener.addr as Deno.NetAddr).port;

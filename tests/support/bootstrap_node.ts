@@ -13,6 +13,7 @@ import {
   type NodeFiles,
   prepareNode,
   rebootNode,
+  RECOVERY_LISTENING,
   systemctlCalls,
 } from "../../src/localcluster/node.ts";
 import type { Swtpm } from "../../src/localcluster/swtpm.ts";
@@ -42,6 +43,8 @@ export interface BootstrapNode extends AsyncDisposable, NodeFiles {
   readonly tpm: Swtpm;
   /** Starts the bootstrapper with `flags`; resolves once its init server listens. */
   start(flags?: string[]): Promise<RunningService>;
+  /** Starts `bootstrapper rejoin` with `flags`; resolves once its recovery server listens (a control plane). */
+  startRejoin(flags?: string[]): Promise<RunningService>;
   /** Runs the bootstrapper to its exit (a bound node, or `rejoin`). */
   run(flags?: string[]): Promise<ProcessResult>;
   /** PCR 15 of the node's TPM. */
@@ -69,6 +72,15 @@ export async function createBootstrapNode(options: BootstrapNodeOptions): Promis
     async start(flags) {
       const process = await startService("deno", args(flags), {
         readyMatch: BOOTSTRAPPER_LISTENING,
+        cwd: REPO_ROOT,
+        timeoutMs: 30_000,
+      });
+      processes.add(process);
+      return process;
+    },
+    async startRejoin(flags = []) {
+      const process = await startService("deno", args(["rejoin", "--recovery-port", "0", ...flags]), {
+        readyMatch: RECOVERY_LISTENING,
         cwd: REPO_ROOT,
         timeoutMs: 30_000,
       });
