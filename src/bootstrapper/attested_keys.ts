@@ -1,6 +1,6 @@
 /**
  * The node's half of the operator's exchanges (docs/attested-exchange.md §7
- * and §8), shared by the init server and the recovery server:
+ * and §7.7), shared by the init server and the recovery server:
  * `GetAttestation` makes a fresh HPKE key pair per client nonce and evidence
  * over the exchange's report data, and holds the key pair for
  * {@linkcode DEFAULT_ATTESTATION_KEY_LIFETIME_MS}, for one use, in a bounded
@@ -151,7 +151,7 @@ export class AttestedKeys {
   }
 
   /**
-   * Checks a request's exchange (step 1 of §7.3 and §8.3): sealed, with no
+   * Checks a request's exchange (step 1 of §7.3 and §7.7): sealed, with no
    * plaintext field on the wire; its nonce names a held key pair, which is
    * taken (one use); it opens with that key pair; its client key is an
    * X25519 key. Throws a {@linkcode Rejection} for a

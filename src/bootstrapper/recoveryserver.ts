@@ -4,7 +4,7 @@
  * join service (the cluster's only control plane rebooted, or all of them
  * did). The operator's `cli recover` verifies the node's attestation and
  * sends the cluster's master secret, sealed to the node's attested key
- * (docs/attested-exchange.md §8); the node derives its disk key and cluster
+ * (docs/attested-exchange.md §7.7); the node derives its disk key and cluster
  * ID itself and rebinds, exactly as a rejoin ticket would have let it.
  *
  * {@linkcode RecoveryServer.recover}, in order:

@@ -6,7 +6,7 @@
  *   control plane rebooted, or all of them did). The node's rejoin serves
  *   `recoverproto.API` on port 9999; this verifies its attestation against
  *   the config and sends the master secret sealed to the attested key
- *   (docs/attested-exchange.md §8). The node derives its disk key and
+ *   (docs/attested-exchange.md §7.7). The node derives its disk key and
  *   cluster ID itself, rebinds, and boots on.
  * - **`--disk-uuid UUID`**: without the cluster or the node. A node's
  *   state disk key is derived from the master secret as the key service

@@ -2,7 +2,7 @@
  * The operator's side of an exchange with a node, shared by the init
  * client and the recovery client: the node's evidence for a fresh nonce,
  * verified before anything is sent (docs/attested-exchange.md §7.4 and
- * §8.4, steps 1-2), and one error type for every way such an exchange fails.
+ * §7.7, steps 1-2), and one error type for every way such an exchange fails.
  *
  * @module
  */

@@ -1,6 +1,6 @@
 /**
  * The operator's exchanges with a node (docs/attested-exchange.md §7 and
- * §8): the CLI verifies the node's evidence for a nonce it chose, seals its
+ * §7.7): the CLI verifies the node's evidence for a nonce it chose, seals its
  * request to the node's attested HPKE key, and the node seals its answer to
  * the CLI's key carried inside that request. The init (`init.API`, first
  * node) and the recovery (`recoverproto.API`, a rebooting control plane)
@@ -60,7 +60,7 @@ export const INIT_RESPONSE_INFO: Uint8Array<ArrayBuffer> = sealInfo(INIT_PURPOSE
 
 /**
  * The purposes of the operator's exchanges with a node: the init (§7) and
- * the recovery (§8). Both run `GetAttestation` for the client's nonce, then
+ * the recovery (§7.7). Both run `GetAttestation` for the client's nonce, then
  * one request sealed to the node's key and one answer sealed to the client's.
  */
 export type NodeExchangePurpose = Extract<Purpose, "init-attestation" | "recover-attestation">;

@@ -1,6 +1,6 @@
 /**
  * The recovery client: brings back a control-plane node that cannot rejoin
- * because no join service runs (docs/attested-exchange.md §8). The operator
+ * because no join service runs (docs/attested-exchange.md §7.7). The operator
  * CLI wraps it (`cli recover --node`); tests use it.
  *
  * 1-2. `GetAttestation` for a fresh nonce; the evidence is validated for
