@@ -181,6 +181,22 @@ Deno.test("command line: one-line usage errors", () => {
   usage(["deploy"], /unknown command "deploy"/);
   usage(["recover", "--master-secret", "m", "--disk-uuid", "nope", "--out", "k"], /invalid --disk-uuid/);
   usage(["recover", "--master-secret", "m", "--disk-uuid", REFERENCE_UUID], /--out FILE .* or --print-hex/);
+  const recoverNode = ["recover", "--node", "10.0.0.1:9999", "--master-secret", "m"];
+  usage(recoverNode, /missing --attestation-config/);
+  usage(
+    [...recoverNode, "--attestation-config", "a", "--disk-uuid", REFERENCE_UUID],
+    /--node or --disk-uuid, not both/,
+  );
+  usage([...recoverNode, "--attestation-config", "a", "--print-hex"], /--node or --print-hex, not both/);
+  usage(
+    ["recover", "--master-secret", "m", "--attestation-config", "a", "--print-hex"],
+    /--attestation-config needs --node/,
+  );
+  usage(["recover", "--master-secret", "m"], /missing --disk-uuid \(or --node\)/);
+  assert.deepEqual(parseCliArgs([...recoverNode, "--attestation-config", "a", "--timeout", "5"]), {
+    command: "recover-node",
+    recover: { node: "10.0.0.1:9999", masterSecret: "m", attestationConfig: "a", timeoutMs: 5000 },
+  });
   usage(["verify", "--node", "10.0.0.1", "--attestation-config", "a"], /invalid --node/);
   usage(["verify", "--node", "10.0.0.1:9000", "--attestation-config", "a", "--output", "yaml"], /--output/);
   usage(["init", "--node", "10.0.0.1:9000"], /missing --attestation-config/);
