@@ -85,7 +85,7 @@ export function initReportData(nonce: Uint8Array, publicKey: Uint8Array): Promis
 }
 
 /** The wire-only fields of a request the client seals to the node. */
-type WireFields = "sealed" | "attestationNonce";
+export type WireFields = "sealed" | "attestationNonce";
 
 /** A request message with the sealed request and its nonce (fields 100-101) and the client's key (sealed). */
 export type SealableRequest = DescMessage & {
