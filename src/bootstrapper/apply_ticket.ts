@@ -47,6 +47,7 @@
  *
  * @module
  */
+import type { SaltRecord } from "./state_disk.ts";
 import type { Component } from "../gen/components/components_pb.ts";
 import type { IssueJoinTicketResponse } from "../gen/join/join_pb.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../joinservice/controlplanefiles.ts";
@@ -90,7 +91,7 @@ export interface PassphraseChanger {
   /** Keyslot 0 from the initial passphrase to `newKey`, then the token marked initialized. */
   changePassphrase(
     newKey: Uint8Array,
-    record: { measurementSalt: Uint8Array },
+    record: SaltRecord,
     options?: { signal?: AbortSignal },
   ): Promise<void>;
 }
@@ -297,9 +298,10 @@ export class JoinTicketApplier implements TicketApplier {
       "disk",
       "updating disk passphrase",
       () =>
-        deps.disk.changePassphrase(ticket.stateDiskKey, { measurementSalt: ticket.measurementSalt }, {
-          signal,
-        }),
+        deps.disk.changePassphrase(ticket.stateDiskKey, {
+          measurementSalt: ticket.measurementSalt,
+          measurementSecret: ticket.measurementSecret,
+        }, { signal }),
     );
     await step("files", "writing control plane files", async () => {
       for (const file of controlPlaneFiles) await write(`${deps.paths.pkiDir}/${file.name}`, file.data);

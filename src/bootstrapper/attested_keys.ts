@@ -264,8 +264,8 @@ export class AttestedKeys {
   }
 }
 
-/** The request's nonce, which must be {@linkcode INIT_NONCE_LENGTH} bytes. */
-function checkNonce(request: GetAttestationRequest): Uint8Array {
+/** The request's nonce, which must be {@linkcode INIT_NONCE_LENGTH} bytes; else a `nonce-malformed` rejection. */
+export function checkNonce(request: GetAttestationRequest): Uint8Array {
   const { nonce } = request;
   if (nonce.length !== INIT_NONCE_LENGTH) {
     throw rejectExchange("nonce-malformed", `nonce must be ${INIT_NONCE_LENGTH} bytes, got ${nonce.length}`);

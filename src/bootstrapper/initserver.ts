@@ -50,8 +50,10 @@ import { Code, type ServiceImpl } from "@connectrpc/connect";
 import bcrypt from "bcryptjs";
 import type { Issuer } from "../attestation/attestation.ts";
 import { parseAttestationConfig } from "../attestation/config.ts";
+import type { SaltRecord } from "./state_disk.ts";
 import {
   AttestedKeys,
+  checkNonce,
   type NodeExchangeReason,
   type OpenedRequest,
   rejectExchange,
@@ -109,11 +111,11 @@ export interface StateDisk {
   uuid(options?: SignalOptions): Promise<string>;
   /**
    * Replaces the initial passphrase with `newKey` (raw bytes) and marks the disk initialized,
-   * recording the cluster's measurement salt (which a recovery reads while the disk is closed).
+   * recording the cluster's measurement salt and its tag (which a recovery reads while the disk is closed).
    */
   changePassphrase(
     newKey: Uint8Array,
-    record: { measurementSalt: Uint8Array },
+    record: SaltRecord,
     options?: SignalOptions,
   ): Promise<void>;
 }
@@ -371,6 +373,7 @@ export class InitServer {
     request: GetAttestationRequest,
     options: SignalOptions = {},
   ): Promise<GetAttestationResponse> {
+    checkNonce(request);
     try {
       return await this.#shows.run(() => this.#keys.show(request, options), options);
     } catch (error) {
@@ -494,10 +497,13 @@ export class InitServer {
     await step("disk-failed", "setting up disk", async () => {
       const uuid = await deps.disk.uuid({ signal });
       const diskKey = await deriveStateDiskKey(kms, uuid);
+      const measurementSecret = await deriveMeasurementSecret(kms);
       try {
-        await deps.disk.changePassphrase(diskKey, { measurementSalt: checked.measurementSalt }, { signal });
+        const record = { measurementSalt: checked.measurementSalt, measurementSecret };
+        await deps.disk.changePassphrase(diskKey, record, { signal });
       } finally {
         diskKey.fill(0);
+        measurementSecret.fill(0);
       }
     });
     deps.logger.info("state disk set up");

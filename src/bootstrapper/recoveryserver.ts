@@ -15,7 +15,9 @@
  *  3. the parameters: `kms_uri` a cluster KMS, `storage_uri` no-store;
  *  4. the disk key `HKDF(master, salt, "key-" + uuid)` opens the state disk
  *     (else `wrong-master-secret`: another cluster's secret changes nothing);
- *  5. the measurement salt the disk's token recorded when it was initialized;
+ *  5. the measurement salt the disk's token recorded when it was initialized,
+ *     with its tag under the measurement secret (the token is not
+ *     encrypted: a salt changed there is refused);
  *  6. the keys go to the waiting rejoin ({@linkcode RecoveryServer.accept}),
  *     which writes the disk's key file and binds PCR 15, and says how that
  *     ended; the answer is the disk UUID and the cluster ID, sealed to the
@@ -38,7 +40,7 @@ import {
   RecoverResponseSchema,
 } from "../gen/recoverproto/recover_pb.ts";
 import { MEASUREMENT_SALT_LENGTH, RECOVER_PURPOSE, sealNodeResponse } from "../init/protocol.ts";
-import { deriveMeasurementSecret, deriveStateDiskKey } from "../kms/keys.ts";
+import { deriveMeasurementSecret, deriveStateDiskKey, measurementSaltTag } from "../kms/keys.ts";
 import { requestKms } from "../kms/request.ts";
 import type { Logger } from "../log/logger.ts";
 import { asRejection, type CommonReason, Rejection, toConnectError } from "../rpc/rejection.ts";
@@ -58,8 +60,10 @@ export interface RecoveryDisk {
   uuid(options?: { signal?: AbortSignal }): Promise<string>;
   /** Whether `key` opens the disk. */
   testPassphrase(key: Uint8Array, options?: { signal?: AbortSignal }): Promise<boolean>;
-  /** The measurement salt the disk's token recorded, if any. */
-  measurementSalt(options?: { signal?: AbortSignal }): Promise<Uint8Array | undefined>;
+  /** The measurement salt the disk's token recorded and its tag, if any. */
+  measurementSalt(
+    options?: { signal?: AbortSignal },
+  ): Promise<{ salt: Uint8Array; tag: Uint8Array } | undefined>;
 }
 
 /** Everything {@linkcode RecoveryServer} uses. */
@@ -74,8 +78,8 @@ export interface RecoveryServerDependencies {
   logger: Logger;
 }
 
-/** How the rebinding with recovered keys ended, as the rejoin reports it. */
-export type RebindOutcome = { clusterId: Uint8Array } | { error: string };
+/** How the rebinding with recovered keys ended, as the rejoin reports it (or that a join service won). */
+export type RebindOutcome = { clusterId: Uint8Array } | { error: string } | { rejoinedMeanwhile: true };
 
 /** Keys an operator's recovery delivered: the disk key opens this node's disk. */
 export interface RecoveredKeys {
@@ -96,6 +100,7 @@ export type RecoveryServerReason =
   | "invalid-parameters" // kms_uri or storage_uri
   | "wrong-master-secret" // the derived disk key does not open the state disk
   | "no-measurement-salt" // the disk's token records no usable salt (an older bootstrapper initialized it)
+  | "salt-tampered" // the recorded salt's tag does not match the cluster's measurement secret
   | "disk-failed" // cryptsetup failed
   | "rebind-failed" // writing the key file or binding PCR 15 failed
   | "seal-failed"; // sealing the answer failed
@@ -109,6 +114,7 @@ const codes: Record<RecoveryServerReason | CommonReason, Code> = {
   "invalid-parameters": Code.InvalidArgument,
   "wrong-master-secret": Code.PermissionDenied,
   "no-measurement-salt": Code.FailedPrecondition,
+  "salt-tampered": Code.FailedPrecondition,
   "disk-failed": Code.Internal,
   "rebind-failed": Code.Internal,
   "seal-failed": Code.Internal,
@@ -186,13 +192,13 @@ export class RecoveryServer {
   async recover(request: RecoverRequest, options: { signal?: AbortSignal } = {}): Promise<RecoverResponse> {
     const { logger } = this.#deps;
     const opened = await this.#keys.open(RecoverRequestSchema, request);
+    if (this.#running) throw rejectRecovery("recovery-running", "another recovery is under way on this node");
     if (!this.#waiter) {
       throw rejectRecovery(
         "not-waiting",
         "this node is not waiting for a recovery: it has rejoined already, or its rejoin has ended",
       );
     }
-    if (this.#running) throw rejectRecovery("recovery-running", "another recovery is under way on this node");
     this.#running = true;
     logger.info("recovery requested");
     try {
@@ -200,12 +206,16 @@ export class RecoveryServer {
       const waiter = this.#waiter;
       if (!waiter) {
         keys.stateDiskKey.fill(0);
+        keys.measurementSecret.fill(0);
         throw rejectRecovery("not-waiting", "this node rejoined through a join service meanwhile");
       }
       this.#waiter = undefined;
       const settled = Promise.withResolvers<RebindOutcome>();
       waiter.resolve({ ...keys, settle: settled.resolve });
       const outcome = await settled.promise;
+      if ("rejoinedMeanwhile" in outcome) {
+        throw rejectRecovery("not-waiting", "this node rejoined through a join service meanwhile");
+      }
       if ("error" in outcome) {
         throw rejectRecovery(
           "rebind-failed",
@@ -265,18 +275,27 @@ export class RecoveryServer {
         `the master secret does not open this node's state disk ${uuid}: it is not this cluster's`,
       );
     }
-    const measurementSalt = await onDisk(
-      "reading the state disk's token",
-      () => disk.measurementSalt(options),
-    );
-    if (measurementSalt?.length !== MEASUREMENT_SALT_LENGTH) {
+    const recorded = await onDisk("reading the state disk's token", () => disk.measurementSalt(options));
+    if (recorded?.salt.length !== MEASUREMENT_SALT_LENGTH) {
       stateDiskKey.fill(0);
       throw rejectRecovery(
         "no-measurement-salt",
         `the state disk ${uuid} records no measurement salt (an older bootstrapper initialized it), so this ` +
-          "node cannot derive its cluster ID: open the disk with `cli recover --disk-uuid` instead",
+          "node cannot derive its cluster ID and cannot be recovered online; `cli recover --disk-uuid` still " +
+          "gives its disk key",
       );
     }
-    return { stateDiskKey, measurementSecret: await deriveMeasurementSecret(kms), measurementSalt };
+    const measurementSecret = await deriveMeasurementSecret(kms);
+    const tag = await measurementSaltTag(measurementSecret, recorded.salt);
+    if (tag.toHex() !== recorded.tag.toHex()) {
+      stateDiskKey.fill(0);
+      measurementSecret.fill(0);
+      throw rejectRecovery(
+        "salt-tampered",
+        `the measurement salt recorded on the state disk ${uuid} is not this cluster's (its tag does not match): ` +
+          "the disk's header was changed; the node stays unbound",
+      );
+    }
+    return { stateDiskKey, measurementSecret, measurementSalt: recorded.salt };
   }
 }

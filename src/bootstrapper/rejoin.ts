@@ -292,8 +292,8 @@ async function firstKeys(
     race.abort(new DOMException("another source delivered the keys", "AbortError"));
     joined.catch(() => {});
     if (winner?.source !== "recovery") {
-      const why = winner ? "this node rejoined through a join service meanwhile" : "the rejoin stopped";
-      recovered?.then((late) => late.settle({ error: why }));
+      const outcome = winner ? { rejoinedMeanwhile: true as const } : { error: "the rejoin stopped" };
+      recovered?.then((late) => late.settle(outcome));
     }
   }
 }

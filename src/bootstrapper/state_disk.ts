@@ -19,6 +19,7 @@
  *
  * @module
  */
+import { measurementSaltTag } from "../kms/keys.ts";
 import { ReasonError } from "../reason_error.ts";
 import { exitStatus, runTool, stderrExcerpt, ToolError, type ToolOutput } from "../os/run_tool.ts";
 
@@ -87,6 +88,22 @@ export interface LuksStateDiskOptions {
   pbkdf?: LuksPbkdf;
   /** Environment of cryptsetup (nothing is inherited); default empty. */
   env?: Record<string, string>;
+}
+
+/** What an initialized disk's token records about its cluster. */
+export interface SaltRecord {
+  /** The cluster's measurement salt (public). */
+  measurementSalt: Uint8Array;
+  /** The cluster's measurement secret: only the salt's tag under it is recorded. */
+  measurementSecret: Uint8Array;
+}
+
+/** A salt as token 0 recorded it, with its tag ({@linkcode measurementSaltTag}). */
+export interface RecordedSalt {
+  /** The measurement salt. */
+  salt: Uint8Array;
+  /** HMAC of the salt under the cluster's measurement secret. */
+  tag: Uint8Array;
 }
 
 /** Options of every call. */
@@ -166,17 +183,24 @@ export class LuksStateDisk {
   }
 
   /**
-   * The cluster's measurement salt that token 0 records (field `measurementSalt`, base64), or
-   * undefined when it records none (a disk initialized by an older bootstrapper) or a malformed one.
-   * Public, like the cluster's `join-config`: a recovery needs it while the disk is still closed.
+   * The cluster's measurement salt that token 0 records (fields `measurementSalt` and
+   * `measurementSaltTag`, base64), or undefined when it records none (a disk initialized by an older
+   * bootstrapper) or a malformed one. Public, like the cluster's `join-config`, but written where
+   * anyone with the disk can change it: check the tag ({@linkcode measurementSaltTag}) before use.
+   * A recovery needs it while the disk is still closed.
    *
    * @throws {StateDiskError}
    */
-  async measurementSalt(options: StateDiskCallOptions = {}): Promise<Uint8Array | undefined> {
-    const recorded = (await this.#token(options))?.measurementSalt;
-    if (typeof recorded !== "string") return undefined;
+  async measurementSalt(options: StateDiskCallOptions = {}): Promise<RecordedSalt | undefined> {
+    const token = await this.#token(options);
     try {
-      return Uint8Array.fromBase64(recorded);
+      if (typeof token?.measurementSalt !== "string" || typeof token.measurementSaltTag !== "string") {
+        return undefined;
+      }
+      return {
+        salt: Uint8Array.fromBase64(token.measurementSalt),
+        tag: Uint8Array.fromBase64(token.measurementSaltTag),
+      };
     } catch {
       return undefined;
     }
@@ -185,8 +209,8 @@ export class LuksStateDisk {
   /**
    * Replaces keyslot 0's initial passphrase (from the initial passphrase
    * file) by `newKey` (raw bytes), then writes token 0 as initialized,
-   * recording the cluster's `measurementSalt` (see
-   * {@linkcode LuksStateDisk.measurementSalt}). The initial passphrase file
+   * recording the cluster's `measurementSalt` and its tag under the
+   * `measurementSecret` (see {@linkcode LuksStateDisk.measurementSalt}). The initial passphrase file
    * itself is left as it is (the disk-mapper rewrites it on the next boot).
    *
    * When the initial passphrase is missing or wrong the disk is unchanged.
@@ -197,7 +221,7 @@ export class LuksStateDisk {
    */
   changePassphrase(
     newKey: Uint8Array,
-    record: { measurementSalt: Uint8Array },
+    record: SaltRecord,
     options: StateDiskCallOptions = {},
   ): Promise<void> {
     if (newKey.length === 0) return Promise.reject(new RangeError("the new disk key must not be empty"));
@@ -231,11 +255,13 @@ export class LuksStateDisk {
         }
         throw await this.#failure("changing the passphrase", changed, options);
       }
+      const tag = await measurementSaltTag(record.measurementSecret, record.measurementSalt);
       const token = JSON.stringify({
         type: STATE_DISK_TOKEN_TYPE,
         keyslots: [],
         diskIsInitialized: true,
         measurementSalt: record.measurementSalt.toBase64(),
+        measurementSaltTag: tag.toBase64(),
       });
       const imported = await this.#cryptsetup(
         ["token", "import", "--token-replace", "--token-id", "0", ...this.#target()],

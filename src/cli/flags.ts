@@ -8,7 +8,7 @@
 import { resolve } from "node:path";
 import { parseEndpointFlag, parseFlags, parsePositive, UsageError } from "../flags/flags.ts";
 import type { InitCommand } from "./init.ts";
-import { DISK_UUID, type RecoverCommand, type RecoverNodeCommand } from "./recover.ts";
+import type { RecoverCommand, RecoverNodeCommand } from "./recover.ts";
 import type { VerifyOutput } from "./verify_report.ts";
 
 /** A parsed command line. */
@@ -116,6 +116,8 @@ function seconds(value: string | undefined, flag: string, fallback: number): num
 
 const NODE_EXAMPLE = "10.0.0.5:9000";
 const RECOVER_NODE_EXAMPLE = "10.0.0.5:9999";
+/** A disk UUID as cryptsetup and the bootstrapper report it (either case). */
+const DISK_UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 function parseInitFlags(args: string[]): InitCommand {
   const flags = parseFlags(args, {

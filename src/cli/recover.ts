@@ -38,9 +38,6 @@ import { connectNode } from "./node_connection.ts";
 import { describeNodeCallError, type NodeServer } from "./node_errors.ts";
 import { createNewFile } from "./output_file.ts";
 
-/** A disk UUID as cryptsetup and the bootstrapper report it (either case). */
-export const DISK_UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
-
 /** What `cli recover` is asked to do. */
 export interface RecoverCommand {
   /** The master secret file. */

@@ -11,6 +11,7 @@
  * @module
  */
 import { deriveKey } from "./hkdf.ts";
+import { primitives } from "../crypto/primitives.ts";
 
 /** Prefix of every data key's HKDF info; the key service adds it to the IDs it is asked for. */
 export const DEK_PREFIX = "key-";
@@ -69,4 +70,23 @@ export function deriveClusterId(
   measurementSalt: Uint8Array,
 ): Promise<Uint8Array> {
   return deriveKey(measurementSecret, measurementSalt, CLUSTER_ID_INFO, DERIVED_KEY_LENGTH);
+}
+
+/** What {@linkcode measurementSaltTag} authenticates the salt under. */
+const SALT_TAG_LABEL = new TextEncoder().encode("constellation-ts measurement salt tag\n");
+
+/**
+ * The tag a state disk records beside the cluster's measurement salt:
+ * HMAC-SHA256(measurementSecret, "constellation-ts measurement salt tag\n" ‖ salt).
+ * Whoever can write the disk's (unencrypted) header cannot make a recovery
+ * bind the node to another salt without the measurement secret.
+ */
+export function measurementSaltTag(
+  measurementSecret: Uint8Array,
+  measurementSalt: Uint8Array,
+): Promise<Uint8Array> {
+  const message = new Uint8Array(SALT_TAG_LABEL.length + measurementSalt.length);
+  message.set(SALT_TAG_LABEL);
+  message.set(measurementSalt, SALT_TAG_LABEL.length);
+  return primitives.hmacSha256(measurementSecret, message);
 }

@@ -17,7 +17,12 @@ import { API } from "../../src/gen/recoverproto/recover_pb.ts";
 import type { NodeExchangeError } from "../../src/init/node_exchange.ts";
 import { recoverNode } from "../../src/init/recover_client.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
-import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../../src/kms/keys.ts";
+import {
+  deriveClusterId,
+  deriveMeasurementSecret,
+  deriveStateDiskKey,
+  measurementSaltTag,
+} from "../../src/kms/keys.ts";
 import { encodeMasterSecretUri } from "../../src/kms/uri.ts";
 import { createLogger, silentLogger } from "../../src/log/logger.ts";
 import { ManualClock } from "../support/manual_clock.ts";
@@ -30,14 +35,15 @@ const kms = new ClusterKms(MASTER.key, MASTER.salt);
 const DISK_KEY = await deriveStateDiskKey(kms, DISK_UUID);
 const MEASUREMENT_SECRET = await deriveMeasurementSecret(kms);
 const CLUSTER_ID = await deriveClusterId(MEASUREMENT_SECRET, SALT);
+const RECORDED = { salt: SALT, tag: await measurementSaltTag(MEASUREMENT_SECRET, SALT) };
 const request = (master = MASTER) => ({
   kmsUri: encodeMasterSecretUri(master),
   storageUri: "storage://no-store",
 });
 
 interface WorldOptions {
-  /** The salt the disk's token records; default SALT. */
-  salt?: Uint8Array | null;
+  /** The salt the disk's token records, with its tag; default SALT, tagged right. */
+  salt?: { salt: Uint8Array; tag: Uint8Array } | null;
   /** Whether a rejoin waits; default true. */
   waiting?: boolean;
   /** How the rejoin's rebinding ends; default the cluster ID. */
@@ -56,7 +62,8 @@ function world(options: WorldOptions = {}) {
         tested.push(key);
         return Promise.resolve(key.toHex() === DISK_KEY.toHex());
       },
-      measurementSalt: () => Promise.resolve(options.salt === undefined ? SALT : options.salt ?? undefined),
+      measurementSalt: () =>
+        Promise.resolve(options.salt === undefined ? RECORDED : options.salt ?? undefined),
     },
     clock,
     logger: createLogger({ level: "debug", write: (line) => logLines.push(line) }),
@@ -118,6 +125,16 @@ Deno.test("recovery server", async (t) => {
         const w = world({ salt: null });
         const error = await refusal(w.recover());
         assert.match(error.message, /records no measurement salt .*cli recover --disk-uuid/);
+        assert.deepEqual(w.delivered, []);
+      },
+    },
+    {
+      name:
+        "a salt changed in the disk's (unencrypted) header: its tag does not match, refused, nothing delivered",
+      run: async () => {
+        const w = world({ salt: { ...RECORDED, salt: new Uint8Array(32).fill(0x77) } });
+        const error = await refusal(w.recover());
+        assert.match(error.message, /measurement salt recorded on the state disk .* is not this cluster's/);
         assert.deepEqual(w.delivered, []);
       },
     },

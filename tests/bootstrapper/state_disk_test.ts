@@ -10,6 +10,7 @@ import {
 } from "../../src/bootstrapper/state_disk.ts";
 import { formatStateDisk } from "../../src/localcluster/node.ts";
 import { cryptsetup } from "../support/cryptsetup.ts";
+import { measurementSaltTag } from "../../src/kms/keys.ts";
 import { recordingTool } from "../support/recording_tool.ts";
 
 interface Fixture {
@@ -53,8 +54,9 @@ async function withDisk(
   }
 }
 
-/** A cluster's measurement salt, as the token records it. */
+/** A cluster's measurement salt and secret, as the token records them (the secret only as the salt's tag). */
 const SALT = Uint8Array.from({ length: 32 }, (_, i) => 0xa0 + i);
+const RECORD = { measurementSalt: SALT, measurementSecret: new Uint8Array(32).fill(0x3e) };
 
 function newKey(): Uint8Array {
   return new Uint8Array([0x0a, ...crypto.getRandomValues(new Uint8Array(30)), 0x00]);
@@ -80,9 +82,12 @@ for (const detachedHeader of [false, true]) {
       assert.equal(await stateDisk.testPassphrase(initialKey), true);
 
       const key = newKey();
-      await stateDisk.changePassphrase(key, { measurementSalt: SALT });
+      await stateDisk.changePassphrase(key, RECORD);
       assert.equal(await stateDisk.isInitialized(), true);
-      assert.deepEqual(await stateDisk.measurementSalt(), SALT);
+      assert.deepEqual(await stateDisk.measurementSalt(), {
+        salt: SALT,
+        tag: await measurementSaltTag(RECORD.measurementSecret, SALT),
+      });
       assert.equal(await stateDisk.testPassphrase(key), true);
       assert.equal(await stateDisk.testPassphrase(initialKey), false);
       // A prefix of the key (what a line-based reader would take) must not open it either.
@@ -128,7 +133,7 @@ Deno.test("state disk: a wrong initial passphrase is refused with its reason and
     await Deno.writeFile(wrongFile, crypto.getRandomValues(new Uint8Array(32)));
     const before = await digest(device);
     const stateDisk = disk({ initialPassphraseFile: wrongFile });
-    await assert.rejects(stateDisk.changePassphrase(newKey(), { measurementSalt: SALT }), (error) => {
+    await assert.rejects(stateDisk.changePassphrase(newKey(), RECORD), (error) => {
       assert.ok(error instanceof StateDiskError);
       assert.equal(error.reason, "initial-passphrase-wrong");
       assert.equal(error.exitCode, 2);
@@ -145,9 +150,7 @@ Deno.test("state disk: a missing initial passphrase file is refused before crypt
   await withDisk(async ({ dir, device, disk }) => {
     const before = await digest(device);
     await assert.rejects(
-      disk({ initialPassphraseFile: `${dir}/absent.key` }).changePassphrase(newKey(), {
-        measurementSalt: SALT,
-      }),
+      disk({ initialPassphraseFile: `${dir}/absent.key` }).changePassphrase(newKey(), RECORD),
       (error) => {
         assert.ok(error instanceof StateDiskError);
         assert.equal(error.reason, "initial-passphrase-missing");
@@ -238,7 +241,7 @@ Deno.test("state disk: calls are serialized in call order (a test issued after a
     const stateDisk = disk();
     const key = newKey();
     const [, newOpens, oldOpens, initialized] = await Promise.all([
-      stateDisk.changePassphrase(key, { measurementSalt: SALT }),
+      stateDisk.changePassphrase(key, RECORD),
       stateDisk.testPassphrase(key),
       stateDisk.testPassphrase(initialKey),
       stateDisk.isInitialized(),
@@ -258,7 +261,7 @@ Deno.test("state disk: no key ever reaches cryptsetup's argv, and no temporary f
       });
       const key = newKey();
       const before = (await Array.fromAsync(Deno.readDir(dir))).map((entry) => entry.name).sort();
-      await stateDisk.changePassphrase(key, { measurementSalt: SALT });
+      await stateDisk.changePassphrase(key, RECORD);
       assert.equal(await stateDisk.testPassphrase(key), true);
       assert.equal(await stateDisk.testPassphrase(initialKey), false);
       const calls = await recorder.calls();

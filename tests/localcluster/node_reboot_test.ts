@@ -26,9 +26,8 @@ Deno.test("a node's reboot empties /run's key file of an initialized disk, and k
         initialPassphraseFile: keyFile,
         pbkdf: { type: "pbkdf2", forceIterations: 1000 },
       });
-      await disk.changePassphrase(crypto.getRandomValues(new Uint8Array(32)), {
-        measurementSalt: new Uint8Array(32),
-      });
+      const record = { measurementSalt: new Uint8Array(32), measurementSecret: new Uint8Array(32) };
+      await disk.changePassphrase(crypto.getRandomValues(new Uint8Array(32)), record);
       assert.ok(await disk.isInitialized());
       await (await rebootNode(node)).stop();
       await assert.rejects(Deno.stat(keyFile), Deno.errors.NotFound);
