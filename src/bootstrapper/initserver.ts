@@ -77,7 +77,13 @@ import { requestKms } from "../kms/request.ts";
 import type { MasterSecret } from "../kms/uri.ts";
 import { PoolFullError, WorkPool } from "../limits/pool.ts";
 import type { Logger } from "../log/logger.ts";
-import { asRejection, type CommonReason, Rejection, toConnectError } from "../rpc/rejection.ts";
+import {
+  asRejection,
+  COMMON_REASON_CODES,
+  type CommonReason,
+  Rejection,
+  toConnectError,
+} from "../rpc/rejection.ts";
 import {
   AFTER_DEADLINE_SETTLE_MS,
   DeadlineError,
@@ -259,9 +265,7 @@ const codes: Record<InitServerReason | CommonReason, Code> = {
   "node-state-failed": Code.Internal,
   "cluster-init-failed": Code.Internal,
   "seal-failed": Code.Internal,
-  "canceled": Code.Canceled,
-  "deadline": Code.DeadlineExceeded,
-  "internal": Code.Internal,
+  ...COMMON_REASON_CODES,
 };
 
 /** A rejection of the init server for `reason`, with its code; `message` is what the client reads. */

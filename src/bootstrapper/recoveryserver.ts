@@ -40,10 +40,17 @@ import {
   RecoverResponseSchema,
 } from "../gen/recoverproto/recover_pb.ts";
 import { MEASUREMENT_SALT_LENGTH, RECOVER_PURPOSE, sealNodeResponse } from "../init/protocol.ts";
-import { deriveMeasurementSecret, deriveStateDiskKey, measurementSaltTag } from "../kms/keys.ts";
+import { deriveMeasurementSecret, deriveStateDiskKey } from "../kms/keys.ts";
 import { requestKms } from "../kms/request.ts";
 import type { Logger } from "../log/logger.ts";
-import { asRejection, type CommonReason, Rejection, toConnectError } from "../rpc/rejection.ts";
+import {
+  asRejection,
+  COMMON_REASON_CODES,
+  type CommonReason,
+  Rejection,
+  toConnectError,
+} from "../rpc/rejection.ts";
+import { isRecordedSaltOf, type RecordedSalt } from "./state_disk.ts";
 import {
   AttestedKeys,
   type AttestedKeysOptions,
@@ -61,9 +68,7 @@ export interface RecoveryDisk {
   /** Whether `key` opens the disk. */
   testPassphrase(key: Uint8Array, options?: { signal?: AbortSignal }): Promise<boolean>;
   /** The measurement salt the disk's token recorded and its tag, if any. */
-  measurementSalt(
-    options?: { signal?: AbortSignal },
-  ): Promise<{ salt: Uint8Array; tag: Uint8Array } | undefined>;
+  measurementSalt(options?: { signal?: AbortSignal }): Promise<RecordedSalt | undefined>;
 }
 
 /** Everything {@linkcode RecoveryServer} uses. */
@@ -118,9 +123,7 @@ const codes: Record<RecoveryServerReason | CommonReason, Code> = {
   "disk-failed": Code.Internal,
   "rebind-failed": Code.Internal,
   "seal-failed": Code.Internal,
-  "canceled": Code.Canceled,
-  "deadline": Code.DeadlineExceeded,
-  "internal": Code.Internal,
+  ...COMMON_REASON_CODES,
 };
 
 /** A rejection of the recovery server for `reason`; `message` is what the client reads. */
@@ -281,13 +284,12 @@ export class RecoveryServer {
       throw rejectRecovery(
         "no-measurement-salt",
         `the state disk ${uuid} records no measurement salt (an older bootstrapper initialized it), so this ` +
-          "node cannot derive its cluster ID and cannot be recovered online; `cli recover --disk-uuid` still " +
-          "gives its disk key",
+          "node cannot derive its cluster ID and cannot be recovered online (a rejoin through a join service " +
+          "records the salt); `cli recover --disk-uuid` still gives its disk key",
       );
     }
     const measurementSecret = await deriveMeasurementSecret(kms);
-    const tag = await measurementSaltTag(measurementSecret, recorded.salt);
-    if (tag.toHex() !== recorded.tag.toHex()) {
+    if (!await isRecordedSaltOf(recorded, measurementSecret)) {
       stateDiskKey.fill(0);
       measurementSecret.fill(0);
       throw rejectRecovery(

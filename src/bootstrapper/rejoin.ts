@@ -10,9 +10,11 @@
  * sees PCR 15 set and only starts the kubelet. The lead wires it as
  * `bootstrapper rejoin`.
  *
- * Nothing on the state disk is read: it is still closed (the original
+ * Nothing inside the state disk is read: it is still closed (the original
  * mapped and mounted it to read the salt from the node state; here the
- * join service sends the salt with the ticket).
+ * join service sends the salt with the ticket). Its LUKS2 token (in the
+ * unencrypted header) is: when it does not yet record the cluster's salt
+ * and tag, the rejoin records them, so that the node can be recovered.
  *
  * On a control-plane node the operator's recovery runs beside the join
  * services (the original's recovery server, `recoveryserver.ts`): when no
@@ -35,6 +37,7 @@ import type { IssueRejoinTicketResponse } from "../gen/join/join_pb.ts";
 import { deriveClusterId } from "../kms/keys.ts";
 import type { Logger } from "../log/logger.ts";
 import type { RecoveredKeys } from "./recoveryserver.ts";
+import { isRecordedSaltOf, type RecordedSalt, type SaltRecord } from "./state_disk.ts";
 import { ReasonError } from "../reason_error.ts";
 import type { NodeLockLike } from "./apply_ticket.ts";
 import type { TicketCallOptions } from "./join_ticket_source.ts";
@@ -66,6 +69,10 @@ export interface RejoinDisk {
   uuid(options?: { signal?: AbortSignal }): Promise<string>;
   /** Whether `key` opens the disk. */
   testPassphrase(key: Uint8Array, options?: { signal?: AbortSignal }): Promise<boolean>;
+  /** The salt and tag the disk's token recorded, if any. */
+  measurementSalt(options?: { signal?: AbortSignal }): Promise<RecordedSalt | undefined>;
+  /** Records the cluster's salt and its tag in the token (a disk from before tokens held them). */
+  recordSalt(record: SaltRecord, options?: { signal?: AbortSignal }): Promise<void>;
 }
 
 /** The operator's recovery (satisfied by the recovery server, started on first use). */
@@ -218,10 +225,14 @@ export async function rejoin(deps: RejoinDependencies, options: RejoinOptions = 
       const clusterId = await rebind(keys, deps);
       settle?.({ clusterId });
       logger.info("rejoined: PCR 15 bound to the cluster again", { clusterId: clusterId.toHex(), source });
+      if (!settle) await recordSalt(keys, deps);
       return { status: "rebound", clusterId, source };
     } catch (error) {
       settle?.({ error: errorFields(error).error });
       throw error;
+    } finally {
+      keys.stateDiskKey.fill(0);
+      keys.measurementSecret.fill(0);
     }
   } catch (error) {
     if (signal?.aborted && !(error instanceof RejoinError)) {
@@ -255,6 +266,27 @@ async function rebind(keys: RebindKeys, deps: RejoinDependencies): Promise<Uint8
   }
   if (!locked) throw new RejoinError("lock-held", "the node lock is already taken");
   return clusterId;
+}
+
+/**
+ * Records the ticket's salt and its tag in the disk's token unless it holds them already (a disk
+ * initialized before tokens did), so that the node can be recovered later. Best effort: the node is
+ * bound either way, and a failure is logged.
+ */
+async function recordSalt(keys: RebindKeys, deps: RejoinDependencies): Promise<void> {
+  try {
+    const recorded = await deps.disk.measurementSalt();
+    if (recorded && await isRecordedSaltOf(recorded, keys.measurementSecret, keys.measurementSalt)) return;
+    await deps.disk.recordSalt({
+      measurementSalt: keys.measurementSalt,
+      measurementSecret: keys.measurementSecret,
+    });
+    deps.logger.info(
+      "recorded the measurement salt on the state disk: the node can be recovered from now on",
+    );
+  } catch (error) {
+    deps.logger.warn("recording the measurement salt on the state disk failed", errorFields(error));
+  }
 }
 
 /**
@@ -293,7 +325,11 @@ async function firstKeys(
     joined.catch(() => {});
     if (winner?.source !== "recovery") {
       const outcome = winner ? { rejoinedMeanwhile: true as const } : { error: "the rejoin stopped" };
-      recovered?.then((late) => late.settle(outcome));
+      recovered?.then((late) => {
+        late.keys.stateDiskKey.fill(0);
+        late.keys.measurementSecret.fill(0);
+        late.settle(outcome);
+      });
     }
   }
 }

@@ -106,6 +106,19 @@ export interface RecordedSalt {
   tag: Uint8Array;
 }
 
+/**
+ * Whether `recorded`'s tag is its salt's under `measurementSecret` (and, given `salt`, whether that is the
+ * salt recorded): a salt changed in the unencrypted header does not verify.
+ */
+export async function isRecordedSaltOf(
+  recorded: RecordedSalt,
+  measurementSecret: Uint8Array,
+  salt: Uint8Array = recorded.salt,
+): Promise<boolean> {
+  const tag = await measurementSaltTag(measurementSecret, recorded.salt);
+  return recorded.salt.toHex() === salt.toHex() && tag.toHex() === recorded.tag.toHex();
+}
+
 /** Options of every call. */
 export interface StateDiskCallOptions {
   /** Aborting kills cryptsetup. A header write already under way may have completed. */
@@ -255,24 +268,33 @@ export class LuksStateDisk {
         }
         throw await this.#failure("changing the passphrase", changed, options);
       }
-      const tag = await measurementSaltTag(record.measurementSecret, record.measurementSalt);
-      const token = JSON.stringify({
-        type: STATE_DISK_TOKEN_TYPE,
-        keyslots: [],
-        diskIsInitialized: true,
-        measurementSalt: record.measurementSalt.toBase64(),
-        measurementSaltTag: tag.toBase64(),
-      });
-      const imported = await this.#cryptsetup(
-        ["token", "import", "--token-replace", "--token-id", "0", ...this.#target()],
-        { stdin: new TextEncoder().encode(token) },
-        options,
-      );
+      const imported = await this.#importToken(record, options);
       if (!imported.success) {
         throw new StateDiskError(
           "token-failed",
           `${this.#name()}: the passphrase was changed, but marking the disk initialized failed ` +
             `(${exitStatus(imported)}): ${stderrExcerpt(imported.stderr)}`,
+          { exitCode: imported.code },
+        );
+      }
+    });
+  }
+
+  /**
+   * Records the cluster's salt and its tag in the token of a disk initialized before tokens held them
+   * (the rejoin does, once a join service's ticket proved them), so that the node can be recovered.
+   *
+   * @throws {StateDiskError} ("token-failed")
+   */
+  recordSalt(record: SaltRecord, options: StateDiskCallOptions = {}): Promise<void> {
+    return this.#serialized(async () => {
+      const imported = await this.#importToken(record, options);
+      if (!imported.success) {
+        throw new StateDiskError(
+          "token-failed",
+          `${this.#name()}: recording the measurement salt failed (${exitStatus(imported)}): ${
+            stderrExcerpt(imported.stderr)
+          }`,
           { exitCode: imported.code },
         );
       }
@@ -295,6 +317,23 @@ export class LuksStateDisk {
       if (output.code === EXIT_WRONG_PASSPHRASE) return false;
       throw await this.#failure("testing a passphrase", output, options);
     });
+  }
+
+  /** Writes token 0 as initialized, with `record`'s salt and its tag. */
+  async #importToken(record: SaltRecord, options: StateDiskCallOptions): Promise<ToolOutput> {
+    const tag = await measurementSaltTag(record.measurementSecret, record.measurementSalt);
+    const token = JSON.stringify({
+      type: STATE_DISK_TOKEN_TYPE,
+      keyslots: [],
+      diskIsInitialized: true,
+      measurementSalt: record.measurementSalt.toBase64(),
+      measurementSaltTag: tag.toBase64(),
+    });
+    return await this.#cryptsetup(
+      ["token", "import", "--token-replace", "--token-id", "0", ...this.#target()],
+      { stdin: new TextEncoder().encode(token) },
+      options,
+    );
   }
 
   /** Token 0's fields when it is a state-disk token; undefined otherwise. */

@@ -77,7 +77,8 @@ cli verify (--node HOST:PORT | --evidence FILE) --attestation-config FILE [--out
 cli recover --node HOST:PORT --master-secret FILE --attestation-config FILE [--timeout <seconds>]
   The node's rejoin serves the recovery on port 9999 while no join service answers it.
   Its attestation is verified against the config, then the master secret is sent sealed to
-  it; the node derives its disk key and cluster ID and boots on (default ${VERIFY_TIMEOUT_SECONDS} s).
+  it; the node derives its disk key and cluster ID and boots on. --timeout: how long to wait
+  for the node (default ${VERIFY_TIMEOUT_SECONDS} s).
 
 cli recover --master-secret FILE --disk-uuid UUID (--out FILE | --print-hex)
   The disk key (raw 32 bytes) to a new 0600 file, for cryptsetup open --key-file FILE;

@@ -30,7 +30,7 @@ import { initCluster, type InitParameters, type InitResult } from "../init/clien
 import { NodeExchangeError } from "../init/node_exchange.ts";
 import { MEASUREMENT_SALT_LENGTH } from "../init/protocol.ts";
 import type { Logger } from "../log/logger.ts";
-import { encodeMasterSecretUri } from "../kms/uri.ts";
+import { encodeMasterSecretUri, NO_STORE_URI } from "../kms/uri.ts";
 import { readSecretFile, SecretFileError } from "../secrets/secret_file.ts";
 import { configValidator, readAttestationConfigFile } from "./attestation_config_file.ts";
 import { readComponentsFile } from "./components_file.ts";
@@ -44,8 +44,6 @@ import type { Progress } from "./progress.ts";
 /** Pause between attempts while the node is unreachable. */
 export const RETRY_INTERVAL_MS = 2_000;
 
-/** The storage URI the CLI sends: the cluster KMS keeps nothing in storage. */
-export const NO_STORE_URI = "storage://no-store";
 
 /** What `cli init` is asked to do (its flags, parsed). */
 export interface InitCommand {

@@ -14,7 +14,13 @@
 import { Code } from "@connectrpc/connect";
 import { connectCodeFor, type ExchangeErrorReason } from "../atls/errors.ts";
 import { KubernetesError } from "../kubernetes/errors.ts";
-import { asRejection, type CommonReason, Rejection, type RejectionOptions } from "../rpc/rejection.ts";
+import {
+  asRejection,
+  COMMON_REASON_CODES,
+  type CommonReason,
+  Rejection,
+  type RejectionOptions,
+} from "../rpc/rejection.ts";
 
 /** The join service's own reasons. */
 export type JoinServiceReason =
@@ -55,9 +61,7 @@ const codes: Record<JoinServiceReason | CommonReason, Code> = {
   "metadata-unavailable": Code.Unavailable,
   "misconfigured": Code.Internal,
   "verifier-error": Code.Internal,
-  "canceled": Code.Canceled,
-  "deadline": Code.DeadlineExceeded,
-  "internal": Code.Internal,
+  ...COMMON_REASON_CODES,
 };
 
 /** The Connect code of a join-service reason. */

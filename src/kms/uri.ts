@@ -21,6 +21,9 @@ export const CLUSTER_KMS_TYPE = "cluster-kms";
 /** The host of a storage URI meaning "no storage". */
 export const NO_STORE_TYPE = "no-store";
 
+/** The storage URI the CLI sends: the cluster KMS keeps nothing in storage. */
+export const NO_STORE_URI = `storage://${NO_STORE_TYPE}`;
+
 /** The cloud backends of the original, not implemented here. */
 const CLOUD_BACKENDS = new Set(["aws", "azure", "gcp"]);
 

@@ -17,6 +17,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 /** Reasons every service shares: the caller canceled, its deadline passed, or an unexpected error (a bug). */
 export type CommonReason = "canceled" | "deadline" | "internal";
 
+/** The codes of the {@linkcode CommonReason}s, for a service's table of reasons and codes. */
+export const COMMON_REASON_CODES: Readonly<Record<CommonReason, Code>> = {
+  "canceled": Code.Canceled,
+  "deadline": Code.DeadlineExceeded,
+  "internal": Code.Internal,
+};
+
 /** Options for {@linkcode Rejection}. */
 export interface RejectionOptions {
   /** Hex SHA-256 of the attestation key of the refused request, for audit lines (never sent to the client). */

@@ -8,7 +8,8 @@ import {
   RejoinError,
 } from "../../src/bootstrapper/rejoin.ts";
 import type { RebindOutcome, RecoveredKeys } from "../../src/bootstrapper/recoveryserver.ts";
-import { deriveClusterId } from "../../src/kms/keys.ts";
+import type { RecordedSalt, SaltRecord } from "../../src/bootstrapper/state_disk.ts";
+import { deriveClusterId, measurementSaltTag } from "../../src/kms/keys.ts";
 import { drive, ManualTimers, recordingLogger, until } from "./support.ts";
 
 const INTERVAL = 1000;
@@ -25,6 +26,9 @@ const peers: InstanceMetadata[] = [
 
 type Ticket = { stateDiskKey: Uint8Array; measurementSecret: Uint8Array; measurementSalt: Uint8Array };
 const TICKET: Ticket = { stateDiskKey: DISK_KEY, measurementSecret: SECRET, measurementSalt: SALT };
+/** A fresh copy, as a decoded ticket is: the rejoin zeroes the keys it used. */
+const copy = (ticket: Ticket): Ticket => structuredClone(ticket);
+const RECORDED = { salt: SALT, tag: await measurementSaltTag(SECRET, SALT) };
 
 interface Options {
   initialized?: boolean;
@@ -35,6 +39,8 @@ interface Options {
   peers?: () => Promise<InstanceMetadata[]>;
   /** This node's metadata; default control plane cp-1. */
   self?: InstanceMetadata;
+  /** What the disk's token records; default the cluster's salt, tagged right. */
+  recorded?: RecordedSalt;
   /** The operator's recovery; none when absent. */
   recovery?: Recovery;
 }
@@ -54,7 +60,7 @@ function fakeRecovery(options: { unavailable?: string; ignoresAbort?: boolean } 
     },
   };
   const deliver = (keys: Ticket = TICKET) =>
-    pending!.resolve({ ...keys, settle: (outcome) => void settled.push(outcome) });
+    pending!.resolve({ ...copy(keys), settle: (outcome) => void settled.push(outcome) });
   return { recovery, settled, accepts, deliver };
 }
 
@@ -65,6 +71,7 @@ function setup(options: Options = {}) {
   const locks: Uint8Array[] = [];
   const keyFile: Uint8Array[] = [];
   const tested: Uint8Array[] = [];
+  const recordedSalts: SaltRecord[] = [];
   const deps: RejoinDependencies = {
     disk: {
       isInitialized: () => Promise.resolve(options.initialized ?? true),
@@ -72,6 +79,11 @@ function setup(options: Options = {}) {
       testPassphrase: (key) => {
         tested.push(key);
         return Promise.resolve(key.every((byte, i) => byte === DISK_KEY[i]));
+      },
+      measurementSalt: () => Promise.resolve("recorded" in options ? options.recorded : RECORDED),
+      recordSalt: (record) => {
+        recordedSalts.push(structuredClone(record));
+        return Promise.resolve();
       },
     },
     metadata: {
@@ -82,13 +94,13 @@ function setup(options: Options = {}) {
       rejoinTicket: (endpoint, diskUuid) => {
         assert.equal(diskUuid, DISK_UUID);
         endpoints.push(endpoint);
-        return options.ticket?.(endpoints.length - 1) ?? Promise.resolve(TICKET);
+        return (options.ticket?.(endpoints.length - 1) ?? Promise.resolve(TICKET)).then(copy);
       },
     },
     diskKeyFile: {
       write: (key) => {
         if (options.keyFileFails) return Promise.reject(new Error(options.keyFileFails));
-        keyFile.push(key);
+        keyFile.push(key.slice());
         return Promise.resolve();
       },
     },
@@ -102,7 +114,7 @@ function setup(options: Options = {}) {
     logger: log.logger,
     timers,
   };
-  return { deps, timers, log, endpoints, locks, keyFile, tested };
+  return { deps, timers, log, endpoints, locks, keyFile, tested, recordedSalts };
 }
 
 Deno.test("rejoin", async (t) => {
@@ -190,8 +202,23 @@ Deno.test("rejoin", async (t) => {
         assert.deepEqual(s.keyFile, [DISK_KEY]);
         assert.deepEqual(s.locks, [clusterId]);
         assert.deepEqual(r.settled, [{ clusterId }]);
+        assert.deepEqual(s.recordedSalts, [], "the recovery read the salt from the disk: nothing to record");
         assert.ok(r.accepts[0].aborted, "the recovery is no longer offered");
         assert.deepEqual(s.timers.pending, [], "the join services' loop stopped");
+      },
+    },
+    {
+      name:
+        "a disk whose token records no salt, or another: the ticket's salt and tag are recorded after a rejoin",
+      run: async () => {
+        for (const recorded of [undefined, { ...RECORDED, salt: new Uint8Array(32).fill(1) }]) {
+          const s = setup({ recorded });
+          assert.deepEqual(await rejoin(s.deps), { status: "rebound", clusterId, source: "10.0.0.2:30090" });
+          assert.deepEqual(s.recordedSalts, [{ measurementSalt: SALT, measurementSecret: SECRET }]);
+        }
+        const s = setup();
+        await rejoin(s.deps);
+        assert.deepEqual(s.recordedSalts, [], "a disk that records the cluster's salt is not written");
       },
     },
     {

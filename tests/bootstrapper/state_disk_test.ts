@@ -104,7 +104,7 @@ Deno.test("state disk: a disk without token 0 is not initialized", async () => {
   });
 });
 
-Deno.test("state disk: a token without a salt, or with a malformed one, records none", async (t) => {
+Deno.test("state disk: a token without a salt, or with a malformed one, records none until recordSalt writes it", async (t) => {
   for (
     const [name, salt] of [["absent", undefined], ["not base64", "%%%"], ["a number", 32]] as const
   ) {
@@ -122,6 +122,12 @@ Deno.test("state disk: a token without a salt, or with a malformed one, records 
         );
         assert.equal(await disk().isInitialized(), true);
         assert.equal(await disk().measurementSalt(), undefined);
+        await disk().recordSalt(RECORD);
+        assert.deepEqual(await disk().measurementSalt(), {
+          salt: SALT,
+          tag: await measurementSaltTag(RECORD.measurementSecret, SALT),
+        });
+        assert.equal(await disk().isInitialized(), true);
       });
     });
   }
