@@ -44,7 +44,6 @@ import type { Progress } from "./progress.ts";
 /** Pause between attempts while the node is unreachable. */
 export const RETRY_INTERVAL_MS = 2_000;
 
-
 /** What `cli init` is asked to do (its flags, parsed). */
 export interface InitCommand {
   /** The node's init server, "host:port". */
