@@ -29,7 +29,14 @@ import { readPcrs } from "../attestation/tpm/pcr.ts";
 import { silentLogger } from "../log/logger.ts";
 import type { Role } from "../metadata/instance.ts";
 import { type MetadataServer, startMetadataServer } from "../metadata/server.ts";
-import { type ProcessResult, type RunningService, runToExit, startService } from "../os/service_process.ts";
+import {
+  type ProcessResult,
+  type RunningService,
+  runToExit,
+  type SpawnedProcess,
+  startProcess,
+  startService,
+} from "../os/service_process.ts";
 import { rfc3339 } from "../rfc3339.ts";
 import { createNetwork, type NetworkKind, type NodeNetwork, removeNetwork } from "./network.ts";
 import {
@@ -38,9 +45,12 @@ import {
   bootstrapperArgs,
   DENO,
   imageMeasurements,
+  isInitialized,
   type NodeFiles,
+  nodeFiles,
   prepareNode,
   rebootNode,
+  RECOVERY_LISTENING,
   REPO_ROOT,
 } from "./node.ts";
 import { nextPhase, type NodePhase, type PhaseState } from "./phase.ts";
@@ -56,7 +66,7 @@ import {
   updateAttestationConfig,
 } from "./services.ts";
 import type { ClusterStatus, NodeStatus } from "./status.ts";
-import { STOP_GRACE_MS, writeStatus } from "./status.ts";
+import { readStatus, STOP_GRACE_MS, writeStatus } from "./status.ts";
 import type { Swtpm } from "./swtpm.ts";
 
 /** The Kubernetes version the local cluster asks for. */
@@ -71,21 +81,15 @@ const NODE_INIT_PORT = 9000;
 const NETNS_API_PORT = 6443;
 /** The bootstrapper's browser port (GetAttestation for the console) in a netns network. */
 const NODE_BROWSER_PORT = 9001;
+/** The port of a control plane's recovery server while its rejoin waits (the original's). */
+const NODE_RECOVERY_PORT = 9999;
 /** A process's "listening" log line with its port (bootstrapper, services, local API). */
 const LISTENING = BOOTSTRAPPER_LISTENING;
 
-/** Options of {@linkcode startLocalCluster}. */
-export interface LocalClusterOptions {
-  /** The state directory (absolute; created; must hold no other cluster). */
+/** Options of {@linkcode recoverLocalCluster}, and the part of {@linkcode LocalClusterOptions} it shares. */
+export interface RecoverLocalClusterOptions {
+  /** The state directory (absolute). */
   stateDir: string;
-  /** Control-plane nodes, at least 1. */
-  controlPlanes: number;
-  /** Worker nodes. */
-  workers: number;
-  /** Network namespaces, loopback, or netns when the machine allows ("auto", the default). */
-  network?: NetworkKind | "auto";
-  /** Kubernetes version of the init (default {@linkcode DEFAULT_KUBERNETES_VERSION}). */
-  kubernetesVersion?: string;
   /** How long to wait for every node to join (default {@linkcode DEFAULT_UP_TIMEOUT_MS}). */
   timeoutMs?: number;
   /**
@@ -104,6 +108,20 @@ export interface LocalClusterOptions {
   onChange?: (status: ClusterStatus) => void;
   /** Aborting stops the start-up; the cluster is torn down. */
   signal?: AbortSignal;
+}
+
+/** Options of {@linkcode startLocalCluster}. */
+export interface LocalClusterOptions extends RecoverLocalClusterOptions {
+  /** The state directory (absolute; created; must hold no other cluster). */
+  stateDir: string;
+  /** Control-plane nodes, at least 1. */
+  controlPlanes: number;
+  /** Worker nodes. */
+  workers: number;
+  /** Network namespaces, loopback, or netns when the machine allows ("auto", the default). */
+  network?: NetworkKind | "auto";
+  /** Kubernetes version of the init (default {@linkcode DEFAULT_KUBERNETES_VERSION}). */
+  kubernetesVersion?: string;
 }
 
 /** Options of {@linkcode LocalCluster.addNode}. */
@@ -148,7 +166,10 @@ export interface LocalNode {
    * Reboots the node: stops its bootstrapper, restarts its swtpm on the same
    * state (PCRs reset, same keys), runs `bootstrapper rejoin` to its end (as
    * the rejoin unit does before the bootstrapper), then the bootstrapper
-   * (which, on a node bound again, starts the kubelet and exits).
+   * (which, on a node bound again, starts the kubelet and exits). A control
+   * plane that no join service answers waits for
+   * {@linkcode LocalCluster.recoverNode}. Rejects when the rejoin or the
+   * bootstrapper failed (the node's phase says why).
    */
   reboot(): Promise<{ rejoin: ProcessResult; boot: ProcessResult }>;
 }
@@ -185,6 +206,13 @@ export interface LocalCluster extends AsyncDisposable {
   stopServices(name: string, signal?: Deno.Signal): Promise<void>;
   /** Starts the key and join services of control plane `name` (after the init or its join). */
   startServices(name: string): Promise<void>;
+  /**
+   * The operator's recovery of control plane `name`: once its rejoin serves
+   * the recovery ({@linkcode NodeStatus.recoveryEndpoint}), runs `cli recover`
+   * (its own process) with the cluster's master secret and attestation
+   * config; resolves to its result (exit status 0: the node is bound again).
+   */
+  recoverNode(name: string): Promise<ProcessResult>;
   /** Stops everything and removes the network; the state directory stays. */
   close(): Promise<void>;
 }
@@ -234,6 +262,8 @@ interface NodeRecord {
   variant: "qemu-vtpm" | "dummy";
   tamperPcr4: boolean;
   bootstrapper?: RunningService;
+  /** Its `bootstrapper rejoin`, while one runs. */
+  rejoin?: SpawnedProcess;
   services: RunningService[];
   status: NodeStatus;
 }
@@ -243,12 +273,72 @@ interface NodeRecord {
  * (a node failed, the timeout, an abort) the cluster is torn down, the
  * status says why, and the promise rejects.
  */
-export async function startLocalCluster(options: LocalClusterOptions): Promise<LocalCluster> {
+export function startLocalCluster(options: LocalClusterOptions): Promise<LocalCluster> {
+  return run(options, (cluster) => cluster.up(options));
+}
+
+/**
+ * Brings back a stopped cluster from its state directory, as an operator
+ * recovers a cluster all of whose nodes were powered off: every node that
+ * had joined boots again (its swtpm restarted on its state, so PCR 15 is
+ * zero; `/run` empty, so its disk's key file is gone) and runs
+ * `bootstrapper rejoin`; no join service runs, so the control planes wait
+ * for the operator's recovery, which {@linkcode LocalCluster.recoverNode}
+ * gives each with the real `cli recover`; then the control planes' key and
+ * join services start again and the workers rejoin through them. The network
+ * gets its old addresses back (its certificates and kubeconfigs name them).
+ * Nodes that had not joined are left out. Resolves once every node is bound
+ * again; on failure as {@linkcode startLocalCluster}.
+ */
+export function recoverLocalCluster(options: RecoverLocalClusterOptions): Promise<LocalCluster> {
+  return run(options, (cluster) => cluster.recover());
+}
+
+/** A node as `nodes/<name>/node.json` records it: what a recovery needs besides its files. */
+export interface NodeIdentity {
+  /** Instance name. */
+  name: string;
+  /** The role it claims. */
+  role: Role;
+  /** Its number in the cluster network ({@linkcode NodeStatus.index}). */
+  index: number;
+}
+
+/** The file in a node's directory that records its {@linkcode NodeIdentity}. */
+const NODE_IDENTITY_FILE = "node.json";
+
+/**
+ * The nodes of the cluster in `stateDir` that a recovery brings back: those
+ * whose state disk is initialized (they joined), in network order. A node
+ * that never joined has nothing to recover.
+ */
+export async function recoverableNodes(stateDir: string): Promise<NodeIdentity[]> {
+  const dir = `${stateDir}/nodes`;
+  const nodes: NodeIdentity[] = [];
+  for await (const entry of Deno.readDir(dir)) {
+    if (!entry.isDirectory) continue;
+    let identity: NodeIdentity;
+    try {
+      identity = JSON.parse(await Deno.readTextFile(`${dir}/${entry.name}/${NODE_IDENTITY_FILE}`));
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) continue;
+      throw new Error(`${dir}/${entry.name}/${NODE_IDENTITY_FILE}: ${(error as Error).message}`);
+    }
+    if (await isInitialized(nodeFiles({ dir, name: entry.name }))) nodes.push({ ...identity, name: entry.name });
+  }
+  return nodes.sort((a, b) => a.index - b.index);
+}
+
+/** Runs `start` on a new cluster; on failure (or abort) tears it down and rejects. */
+async function run(
+  options: RecoverLocalClusterOptions,
+  start: (cluster: Cluster) => Promise<void>,
+): Promise<LocalCluster> {
   const cluster = new Cluster(options);
   const onAbort = () => cluster.close("stopped");
   options.signal?.addEventListener("abort", onAbort, { once: true });
   try {
-    await cluster.up();
+    await start(cluster);
   } catch (error) {
     if (!options.signal?.aborted) {
       cluster.status.state = "failed";
@@ -265,12 +355,12 @@ export async function startLocalCluster(options: LocalClusterOptions): Promise<L
 class Cluster implements LocalCluster {
   readonly status: ClusterStatus;
   readonly paths: ClusterPaths;
-  #options: LocalClusterOptions;
+  #options: RecoverLocalClusterOptions;
   #metadata?: MetadataServer;
   #network?: Awaited<ReturnType<typeof createNetwork>>;
   #nodes = new Map<string, NodeRecord>();
   /** Nodes being created, by name. */
-  #creating = new Map<string, Role>();
+  #creating = new Map<string, { role: Role; index: number }>();
   #others: RunningService[] = [];
   #config?: AttestationConfigFile;
   #apiEndpoint = "";
@@ -281,7 +371,7 @@ class Cluster implements LocalCluster {
   #closed = false;
   #closing?: Promise<void>;
 
-  constructor(options: LocalClusterOptions) {
+  constructor(options: RecoverLocalClusterOptions) {
     this.#options = options;
     this.paths = clusterPaths(options.stateDir);
     this.status = {
@@ -305,57 +395,27 @@ class Cluster implements LocalCluster {
     return JSON.stringify(this.#config);
   }
 
-  async up(): Promise<void> {
+  async up(options: LocalClusterOptions): Promise<void> {
     const { stateDir, signal } = this.#options;
     const started = Date.now();
     await Deno.mkdir(`${stateDir}/secrets`, { recursive: true, mode: 0o700 });
     await Deno.mkdir(this.paths.logs, { recursive: true });
     await this.#changed();
 
-    this.#network = await createNetwork({
-      kind: this.#options.network ?? "auto",
-      owner: stateDir,
-      onNames: async (names) => {
-        this.status.network = { ...this.status.network, ...names, namespaces: [...names.namespaces] };
-        await this.#changed();
-      },
-    });
-    const network = this.#network;
-    this.status.network = { kind: network.kind, hostAddress: network.hostAddress, ...network.names };
-    const netns = network.kind === "netns";
-
+    const network = await this.#createNetwork(options.network ?? "auto");
     const initSecret = crypto.getRandomValues(new Uint8Array(24)).toBase64();
     await Deno.writeTextFile(this.paths.initSecret, `${initSecret}\n`, { mode: 0o600 });
-    this.#metadata = await startMetadataServer({
-      hostname: network.hostAddress,
-      port: netns ? NETNS_METADATA_PORT : 0,
-      initSecretHash: bcrypt.hashSync(initSecret, 10),
-    });
-    if (!netns) this.#joinServicePort = freePort();
+    await this.#startMetadata(initSecret);
     signal?.throwIfAborted();
 
     const roles: Role[] = [
-      ...Array<Role>(this.#options.controlPlanes).fill("ControlPlane"),
-      ...Array<Role>(this.#options.workers).fill("Worker"),
+      ...Array<Role>(options.controlPlanes).fill("ControlPlane"),
+      ...Array<Role>(options.workers).fill("Worker"),
     ];
     const initial = await Promise.all(roles.map((role) => this.#createNode({ role })));
     const first = initial[0];
     signal?.throwIfAborted();
-
-    const api = await this.#spawn("local-api", [], [
-      "run",
-      "-P=local-api",
-      "--no-prompt",
-      `--allow-read=${first.files.root}/etc/kubernetes,${stateDir}/local-api`,
-      `--allow-write=${stateDir}/local-api`,
-      `${REPO_ROOT}src/localapi/main.ts`,
-      ...["--pki-dir", `${first.files.root}/etc/kubernetes/pki`, "--state-dir", `${stateDir}/local-api`],
-      ...["--listen-address", network.hostAddress, "--port", String(netns ? NETNS_API_PORT : 0)],
-    ]);
-    this.#others.push(api);
-    this.#apiEndpoint = `${network.hostAddress}:${api.port}`;
-    this.status.apiServer = `https://${this.#apiEndpoint}`;
-    this.#metadata.setEndpoint(this.#apiEndpoint);
+    await this.#startApi(first, network.kind === "netns" ? NETNS_API_PORT : 0);
 
     this.#config = {
       variant: "qemu-vtpm",
@@ -371,20 +431,126 @@ class Cluster implements LocalCluster {
 
     await Promise.all(initial.map((node) => this.#startBootstrapper(node)));
     signal?.throwIfAborted();
-    await this.#init(first);
+    await this.#init(first, options.kubernetesVersion ?? DEFAULT_KUBERNETES_VERSION);
     await this.startServices(first.name);
 
     // Control planes serve joins too, once they have joined (on loopback only the first is reachable).
     await Promise.all(
       initial.slice(1).map(async (node) => {
         await this.waitForPhase(node.name, ["joined"], this.#timeoutMs(started));
-        if (netns && node.role === "ControlPlane") await this.startServices(node.name);
+        if (network.kind === "netns" && node.role === "ControlPlane") await this.startServices(node.name);
       }),
     );
+    await this.#running(started);
+  }
+
+  async recover(): Promise<void> {
+    const { stateDir, signal } = this.#options;
+    const started = Date.now();
+    const previous = await readStatus(stateDir);
+    if (previous === undefined) throw new Error(`no cluster in ${stateDir}`);
+    if (previous.clusterId === undefined || previous.apiServer === undefined) {
+      throw new Error(`the cluster in ${stateDir} never finished its init: nothing to recover (cluster up starts anew)`);
+    }
+    const kept = await recoverableNodes(stateDir);
+    if (kept[0]?.index !== 0) {
+      throw new Error(`the init node of the cluster in ${stateDir} is gone or never joined: nothing to recover`);
+    }
+    // Kept from the start: a recovery that fails early leaves a status the next one can use.
+    this.status.clusterId = previous.clusterId;
+    this.status.network = previous.network;
+    this.status.apiServer = previous.apiServer;
+    this.#config = JSON.parse(await Deno.readTextFile(this.paths.attestationConfig));
+    await Deno.mkdir(this.paths.logs, { recursive: true });
+    await this.#changed();
+
+    const network = await this.#createNetwork(previous.network.kind, previous.network.hostAddress);
+    await this.#startMetadata((await Deno.readTextFile(this.paths.initSecret)).trim());
+    signal?.throwIfAborted();
+    const nodes = await Promise.all(kept.map((node) => this.#restoreNode(node)));
+    signal?.throwIfAborted();
+    // The API keeps its address: the admin kubeconfig and the nodes' kubeconfigs name it.
+    const apiPort = network.kind === "netns" ? NETNS_API_PORT : Number(new URL(previous.apiServer).port);
+    await this.#startApi(nodes[0], apiPort);
+
+    // No join service runs: every control plane waits for the operator, and is recovered.
+    const rejoins = new Map(nodes.map((node) => [node.name, this.#rejoin(node)]));
+    const controlPlanes = nodes.filter((node) => node.role === "ControlPlane");
+    await Promise.all(controlPlanes.map(async (node) => {
+      const recovered = await this.recoverNode(node.name);
+      if (recovered.code !== 0) {
+        throw new Error(
+          `cli recover of ${node.name} failed: ${recovered.stderrLines.at(-1) ?? `status ${recovered.code}`} (see ${
+            this.#recoverLog
+          })`,
+        );
+      }
+      await this.#bootAfter(node, await rejoins.get(node.name)!);
+    }));
+    // On loopback only the first control plane's join service is reachable, as in up.
+    for (const node of network.kind === "netns" ? controlPlanes : controlPlanes.slice(0, 1)) {
+      await this.startServices(node.name);
+    }
+    await Promise.all(
+      nodes.filter((node) => node.role === "Worker").map(async (node) =>
+        this.#bootAfter(node, await rejoins.get(node.name)!)
+      ),
+    );
+    await this.#running(started);
+  }
+
+  async #running(since: number): Promise<void> {
     this.status.state = "running";
     this.status.readyAt = rfc3339(Date.now());
-    this.status.upSeconds = Math.round((Date.now() - started) / 100) / 10;
+    this.status.upSeconds = Math.round((Date.now() - since) / 100) / 10;
     await this.#changed();
+  }
+
+  /** Creates the cluster's network (netns: at `hostAddress` when given). */
+  async #createNetwork(kind: NetworkKind | "auto", hostAddress?: string) {
+    this.#network = await createNetwork({
+      kind,
+      owner: this.#options.stateDir,
+      hostAddress: kind === "netns" ? hostAddress : undefined,
+      onNames: async (names) => {
+        this.status.network = { ...this.status.network, ...names, namespaces: [...names.namespaces] };
+        await this.#changed();
+      },
+    });
+    const network = this.#network;
+    this.status.network = { kind: network.kind, hostAddress: network.hostAddress, ...network.names };
+    if (network.kind !== "netns") this.#joinServicePort = freePort();
+    return network;
+  }
+
+  /** Starts the metadata API, serving the hash of the init secret. */
+  async #startMetadata(initSecret: string): Promise<void> {
+    const netns = this.#network!.kind === "netns";
+    this.#metadata = await startMetadataServer({
+      hostname: this.#network!.hostAddress,
+      port: netns ? NETNS_METADATA_PORT : 0,
+      initSecretHash: bcrypt.hashSync(initSecret, 10),
+    });
+  }
+
+  /** Starts the local Kubernetes API on `port`, serving the kubeadm PKI of the init node `first`. */
+  async #startApi(first: { files: NodeFiles }, port: number): Promise<void> {
+    const { stateDir } = this.#options;
+    const hostAddress = this.#network!.hostAddress;
+    const api = await this.#spawn("local-api", [], [
+      "run",
+      "-P=local-api",
+      "--no-prompt",
+      `--allow-read=${first.files.root}/etc/kubernetes,${stateDir}/local-api`,
+      `--allow-write=${stateDir}/local-api`,
+      `${REPO_ROOT}src/localapi/main.ts`,
+      ...["--pki-dir", `${first.files.root}/etc/kubernetes/pki`, "--state-dir", `${stateDir}/local-api`],
+      ...["--listen-address", hostAddress, "--port", String(port)],
+    ]);
+    this.#others.push(api);
+    this.#apiEndpoint = `${hostAddress}:${api.port}`;
+    this.status.apiServer = `https://${this.#apiEndpoint}`;
+    this.#metadata!.setEndpoint(this.#apiEndpoint);
   }
 
   node(name: string): LocalNode {
@@ -428,11 +594,24 @@ class Cluster implements LocalCluster {
   }
 
   waitForPhase(name: string, phases: NodePhase[], timeoutMs = 60_000): Promise<NodeStatus> {
+    return this.#waitFor(name, `${phases.join(" or ")}`, (status) => phases.includes(status.phase), timeoutMs);
+  }
+
+  /**
+   * Resolves once node `name`'s status satisfies `done` (re-checked on every
+   * change); rejects when it fails, the cluster stops, or after `timeoutMs`.
+   */
+  #waitFor(
+    name: string,
+    what: string,
+    done: (status: NodeStatus) => boolean,
+    timeoutMs: number,
+  ): Promise<NodeStatus> {
     const record = this.#nodes.get(name);
     if (record === undefined) return Promise.reject(new Error(`no node "${name}" in this cluster`));
     return new Promise((resolve, reject) => {
       const check = () => {
-        if (phases.includes(record.status.phase)) {
+        if (done(record.status)) {
           finish();
           resolve(record.status);
         } else if (record.status.phase === "failed" || this.#closed) {
@@ -446,9 +625,7 @@ class Cluster implements LocalCluster {
         finish();
         reject(
           new Error(
-            `node ${name} not ${phases.join(" or ")} within ${
-              Math.round(timeoutMs / 1000)
-            } s: ${record.status.phase}${
+            `node ${name} not ${what} within ${Math.round(timeoutMs / 1000)} s: ${record.status.phase}${
               record.status.reason ? ` (${record.status.reason})` : ""
             }; see ${record.status.log}`,
           ),
@@ -461,6 +638,28 @@ class Cluster implements LocalCluster {
       this.#watchers.add(check);
       check();
     });
+  }
+
+  async recoverNode(name: string): Promise<ProcessResult> {
+    const status = await this.#waitFor(
+      name,
+      "serving a recovery",
+      (status) => status.recoveryEndpoint !== undefined,
+      this.#timeoutMs(),
+    );
+    return await this.#run([], [
+      "run",
+      "-P=cli",
+      "--no-prompt",
+      `${REPO_ROOT}src/cli/main.ts`,
+      "recover",
+      ...["--node", status.recoveryEndpoint!, "--master-secret", this.paths.masterSecret],
+      ...["--attestation-config", this.paths.attestationConfig, "--timeout", "60"],
+    ], this.#recoverLog);
+  }
+
+  get #recoverLog(): string {
+    return `${this.paths.logs}/cli-recover.log`;
   }
 
   async startServices(name: string): Promise<void> {
@@ -519,7 +718,7 @@ class Cluster implements LocalCluster {
     await this.#changed();
     for (const watcher of [...this.#watchers]) watcher();
     const processes = [
-      ...[...this.#nodes.values()].flatMap((node) => [...node.services, node.bootstrapper]),
+      ...[...this.#nodes.values()].flatMap((node) => [...node.services, node.bootstrapper, node.rejoin]),
       ...this.#others,
     ];
     // A process that ignores SIGTERM (a bootstrapper past its node lock) must not hold the teardown.
@@ -544,18 +743,62 @@ class Cluster implements LocalCluster {
 
   /** Prepares a node (root, disk, TPM, network, metadata entry) without starting it. */
   async #createNode(options: AddNodeOptions): Promise<NodeRecord> {
-    // Nodes are created concurrently: names being created count for the index and the next name.
-    const index = this.#nodes.size + this.#creating.size;
     const prefix = options.role === "ControlPlane" ? "control-plane" : "worker";
+    // Nodes are created concurrently: names being created count for the next name.
     const sameRole = [...this.#nodes.values()].filter((n) => n.role === options.role).length +
-      [...this.#creating.values()].filter((role) => role === options.role).length;
+      [...this.#creating.values()].filter((node) => node.role === options.role).length;
     const name = options.name ?? `${prefix}-${sameRole}`;
+    return await this.#placeNode({
+      name,
+      role: options.role,
+      index: this.#nextIndex(),
+      variant: options.variant ?? "qemu-vtpm",
+      tamperPcr4: options.tamperPcr4 ?? false,
+      boot: async () => {
+        const files = await prepareNode({ dir: `${this.#options.stateDir}/nodes`, name });
+        return { files, tpm: await bootNodeTpm(files, { tamperPcr4: options.tamperPcr4 }) };
+      },
+    });
+  }
+
+  /** Places a node of a stopped cluster again, at its old index, and reboots it on its files. */
+  #restoreNode(node: NodeIdentity): Promise<NodeRecord> {
+    const files = nodeFiles({ dir: `${this.#options.stateDir}/nodes`, name: node.name });
+    return this.#placeNode({
+      ...node,
+      variant: "qemu-vtpm",
+      tamperPcr4: false,
+      boot: async () => ({ files, tpm: await rebootNode(files) }),
+    });
+  }
+
+  /** The lowest network index no node has or is being given. */
+  #nextIndex(): number {
+    const taken = new Set([
+      ...[...this.#nodes.values()].map((node) => node.status.index),
+      ...[...this.#creating.values()].map((node) => node.index),
+    ]);
+    let index = 0;
+    while (taken.has(index)) index++;
+    return index;
+  }
+
+  async #placeNode(node: {
+    name: string;
+    role: Role;
+    index: number;
+    variant: "qemu-vtpm" | "dummy";
+    tamperPcr4: boolean;
+    boot: () => Promise<{ files: NodeFiles; tpm: Swtpm }>;
+  }): Promise<NodeRecord> {
+    const { name, role, index } = node;
     if (this.#nodes.has(name) || this.#creating.has(name)) throw new Error(`a node "${name}" exists already`);
-    this.#creating.set(name, options.role);
+    this.#creating.set(name, { role, index });
     try {
       const status: NodeStatus = {
         name,
-        role: options.role,
+        role,
+        index,
         address: "",
         phase: "starting",
         log: `${this.paths.logs}/${name}.log`,
@@ -563,13 +806,13 @@ class Cluster implements LocalCluster {
       this.status.nodes.push(status);
       const network = await this.#network!.addNode(index);
       status.address = network.address;
-      const files = await prepareNode({ dir: `${this.#options.stateDir}/nodes`, name });
-      const tpm = await bootNodeTpm(files, { tamperPcr4: options.tamperPcr4 });
+      const { files, tpm } = await node.boot();
       this.#track(`${name}/swtpm`, tpm.pid);
-      const variant = options.variant ?? "qemu-vtpm";
       let akDigest: string | undefined;
       try {
-        if (variant !== "dummy") akDigest = await attestationKeyDigest(tpm);
+        const identity: Omit<NodeIdentity, "name"> = { role, index };
+        await Deno.writeTextFile(`${files.home}/${NODE_IDENTITY_FILE}`, JSON.stringify(identity) + "\n");
+        if (node.variant !== "dummy") akDigest = await attestationKeyDigest(tpm);
         if (this.#closed) throw new Error("the cluster was stopped");
       } catch (error) {
         await tpm.stop();
@@ -578,18 +821,18 @@ class Cluster implements LocalCluster {
       }
       const record: NodeRecord = {
         name,
-        role: options.role,
+        role,
         files,
         network,
         tpm,
         akDigest,
-        variant,
-        tamperPcr4: options.tamperPcr4 ?? false,
+        variant: node.variant,
+        tamperPcr4: node.tamperPcr4,
         services: [],
         status,
       };
       this.#nodes.set(name, record);
-      this.#metadata!.setInstance({ name, role: options.role, vpcIp: network.address });
+      this.#metadata!.setInstance({ name, role, vpcIp: network.address });
       await this.#changed();
       return record;
     } finally {
@@ -610,6 +853,7 @@ class Cluster implements LocalCluster {
         ...["--port", String(netns ? NODE_INIT_PORT : 0)],
         ...["--join-service-port", String(this.#joinServicePort)],
         ...["--browser-port", String(netns ? NODE_BROWSER_PORT : 0)],
+        ...["--recovery-port", String(netns ? NODE_RECOVERY_PORT : 0)],
         ...(this.#options.corsAllowOrigins ?? []).flatMap((origin) => ["--cors-allow-origin", origin]),
       ],
     });
@@ -645,8 +889,58 @@ class Cluster implements LocalCluster {
     await this.#changed();
   }
 
+  /**
+   * Runs `bootstrapper rejoin` on the node to its end (killed after the
+   * cluster's timeout), as the rejoin unit does at boot; its phases and
+   * recovery endpoint show while it runs.
+   */
+  async #rejoin(node: NodeRecord): Promise<ProcessResult> {
+    const log = this.#logFile(node.status.log);
+    const [cmd, ...args] = [...node.network.commandPrefix, DENO, ...this.#bootstrapperArgs(node, ["rejoin"])];
+    const process = startProcess(cmd, args, {
+      cwd: REPO_ROOT,
+      onLine: (line) => {
+        log(line);
+        const recovery = RECOVERY_LISTENING.exec(line);
+        if (recovery !== null) node.status.recoveryEndpoint = `${node.network.reachableAddress}:${recovery[1]}`;
+        this.#setPhase(node, nextPhase(node.status, line));
+      },
+    });
+    node.rejoin = process;
+    this.#track(`${node.name}/rejoin`, process.pid);
+    const timer = setTimeout(() => process.stop("SIGKILL"), this.#timeoutMs());
+    try {
+      const { code } = await process.status;
+      return { code, stdoutLines: process.stdoutLines, stderrLines: process.stderrLines };
+    } finally {
+      clearTimeout(timer);
+      node.rejoin = undefined;
+      delete node.status.recoveryEndpoint;
+      this.#untrack(process.pid);
+    }
+  }
+
+  /**
+   * After `rejoin` ended: runs the bootstrapper to its end, as the node's
+   * boot does next (on a node bound again it starts the kubelet and exits);
+   * rejects when either failed.
+   */
+  async #bootAfter(node: NodeRecord, rejoin: ProcessResult): Promise<ProcessResult> {
+    if (rejoin.code !== 0) {
+      this.#setPhase(node, { phase: "failed", reason: rejoin.stderrLines.at(-1) });
+      throw new Error(`the rejoin of ${node.name} failed: ${rejoin.stderrLines.at(-1) ?? `status ${rejoin.code}`}`);
+    }
+    const boot = await this.#run(node.network.commandPrefix, this.#bootstrapperArgs(node, []), node.status.log);
+    for (const line of boot.stderrLines) this.#setPhase(node, nextPhase(node.status, line));
+    if (boot.code !== 0) {
+      this.#setPhase(node, { phase: "failed", reason: boot.stderrLines.at(-1) });
+      throw new Error(`the bootstrapper of ${node.name} failed: ${boot.stderrLines.at(-1) ?? `status ${boot.code}`}`);
+    }
+    return boot;
+  }
+
   /** Runs the operator's `cli init` against the first node. */
-  async #init(first: NodeRecord): Promise<void> {
+  async #init(first: NodeRecord, kubernetesVersion: string): Promise<void> {
     const log = `${this.paths.logs}/cli-init.log`;
     const result = await this.#run([], [
       "run",
@@ -656,7 +950,7 @@ class Cluster implements LocalCluster {
       "init",
       ...["--node", first.status.initEndpoint!, "--attestation-config", this.paths.attestationConfig],
       ...["--master-secret", this.paths.masterSecret, "--init-secret-file", this.paths.initSecret],
-      ...["--kubernetes-version", this.#options.kubernetesVersion ?? DEFAULT_KUBERNETES_VERSION],
+      ...["--kubernetes-version", kubernetesVersion],
       ...["--cluster-name", "local", "--kubeconfig-out", this.paths.adminConf],
       ...["--logs-out", `${this.paths.logs}/init-node.log`, "--timeout", "60"],
     ], log);
@@ -767,20 +1061,9 @@ class Cluster implements LocalCluster {
         cluster.#untrack(record.tpm.pid);
         record.tpm = await rebootNode(record.files, { tamperPcr4: record.tamperPcr4 });
         cluster.#track(`${record.name}/swtpm`, record.tpm.pid);
-        record.status.phase = "starting";
-        delete record.status.reason;
-        const run = async (flags: string[]) => {
-          const result = await cluster.#run(
-            record.network.commandPrefix,
-            cluster.#bootstrapperArgs(record, flags),
-            record.status.log,
-          );
-          for (const line of result.stderrLines) cluster.#setPhase(record, nextPhase(record.status, line));
-          return result;
-        };
-        const rejoin = await run(["rejoin"]);
-        const boot = await run([]);
-        if (boot.code !== 0) cluster.#setPhase(record, { phase: "failed", reason: boot.stderrLines.at(-1) });
+        cluster.#setPhase(record, { phase: "starting" });
+        const rejoin = await cluster.#rejoin(record);
+        const boot = await cluster.#bootAfter(record, rejoin);
         return { rejoin, boot };
       },
     };

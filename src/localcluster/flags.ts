@@ -1,5 +1,5 @@
 /**
- * The local cluster's command line: `cluster up|down|status [flags]`.
+ * The local cluster's command line: `cluster up|down|status|recover [flags]`.
  *
  * @module
  */
@@ -24,6 +24,7 @@ export type ClusterCommand =
     timeoutMs: number;
     corsAllowOrigins: string[];
   }
+  | { command: "recover"; stateDir: string; timeoutMs: number; corsAllowOrigins: string[] }
   | { command: "down"; stateDir: string }
   | { command: "status"; stateDir: string; output: "table" | "json" };
 
@@ -41,6 +42,10 @@ Commands:
            foreground until Ctrl-C (or cluster down), then stops everything
   status   show the nodes' phases and where everything is
   down     stop everything cluster up started (by PID) and remove its network
+  recover  bring a stopped cluster back from its state directory, as after
+           a power cut: every node that had joined boots again, the control
+           planes are recovered with the master secret (cli recover), the
+           workers rejoin; then as up
 
 Flags:
   --state-dir <dir>        where the cluster lives (default ${DEFAULT_STATE_DIR});
@@ -49,8 +54,8 @@ Flags:
   --workers <n>            up: worker nodes (default 2)
   --network <kind>         up: netns (root: a namespace and address per node),
                            loopback, or auto (default: netns when root)
-  --timeout <seconds>      up: how long nodes may take to join (default 300)
-  --cors-allow-origin <o>  up: a web origin whose pages may call the nodes' and join
+  --timeout <seconds>      up, recover: how long nodes may take to join (default 300)
+  --cors-allow-origin <o>  up, recover: a web origin whose pages may call the nodes' and join
                            services' browser ports; repeatable (default ${consoleOrigin()},
                            the browser console's: npx deno task console --local-cluster <state-dir>)
   --output <table|json>    status: output format (default table)
@@ -59,12 +64,13 @@ Flags:
 Exit status: 0 success, 1 failure (the message says what failed), 2 bad command line.
 `;
 
-const COMMANDS = ["up", "down", "status"];
+const COMMANDS = ["up", "down", "status", "recover"];
 /** The flags each command takes (besides --state-dir). */
 const COMMAND_FLAGS: Record<string, string[]> = {
   up: ["control-planes", "workers", "network", "timeout", "cors-allow-origin"],
   status: ["output"],
   down: [],
+  recover: ["timeout", "cors-allow-origin"],
 };
 
 /** Parses the arguments; "help" for `--help`. */
@@ -92,6 +98,16 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
   }
   const stateDir = flags["state-dir"];
   if (stateDir === "") throw new UsageError("--state-dir must not be empty");
+  const timeoutMs = () => Math.round(parsePositive(flags.timeout, "--timeout") * 1000);
+  const corsAllowOrigins = () =>
+    (flags["cors-allow-origin"] ?? [consoleOrigin()]).map((origin) => {
+      try {
+        return parseOrigin(origin);
+      } catch (error) {
+        if (error instanceof OriginError) throw new UsageError(`--cors-allow-origin: ${error.message}`);
+        throw error;
+      }
+    });
   switch (command) {
     case "up": {
       const controlPlanes = parseCount(flags["control-planes"], "--control-planes");
@@ -109,17 +125,12 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
         controlPlanes,
         workers,
         network,
-        timeoutMs: Math.round(parsePositive(flags.timeout, "--timeout") * 1000),
-        corsAllowOrigins: (flags["cors-allow-origin"] ?? [consoleOrigin()]).map((origin) => {
-          try {
-            return parseOrigin(origin);
-          } catch (error) {
-            if (error instanceof OriginError) throw new UsageError(`--cors-allow-origin: ${error.message}`);
-            throw error;
-          }
-        }),
+        timeoutMs: timeoutMs(),
+        corsAllowOrigins: corsAllowOrigins(),
       };
     }
+    case "recover":
+      return { command, stateDir, timeoutMs: timeoutMs(), corsAllowOrigins: corsAllowOrigins() };
     case "status": {
       const output = flags.output;
       if (output !== "table" && output !== "json") {

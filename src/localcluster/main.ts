@@ -1,5 +1,5 @@
 /**
- * `deno task cluster up|down|status`: a confidential cluster on this
+ * `deno task cluster up|down|status|recover`: a confidential cluster on this
  * machine ({@linkcode startLocalCluster}), the project's main job
  * (`npm start` is `cluster up`).
  *
@@ -7,7 +7,8 @@
  * and stays in the foreground: Ctrl-C (or SIGTERM, e.g. from `cluster down`)
  * stops everything it started. `status` reads the state directory's status
  * file; `down` stops what it lists by PID (also after `up` crashed) and
- * removes the network namespaces.
+ * removes the network namespaces. `recover` brings a stopped cluster back
+ * ({@linkcode recoverLocalCluster}), then stays as `up` does.
  *
  * Permissions: the `cluster` permission set of deno.json (the state
  * directory under `.dev/` or `/tmp`; `ip` for namespaces, swtpm, cryptsetup
@@ -17,7 +18,8 @@
  */
 import { commandLine } from "../flags/flags.ts";
 import { resolve } from "node:path";
-import { startLocalCluster } from "./cluster.ts";
+import { type LocalCluster, recoverableNodes, recoverLocalCluster, startLocalCluster } from "./cluster.ts";
+import type { ClusterStatus } from "./status.ts";
 import { CLUSTER_USAGE, type ClusterCommand, parseClusterArgs } from "./flags.ts";
 import { isClusterProcess, readStatus, STATUS_FILE, stopCluster } from "./status.ts";
 import { createLiveView, nodeTable, summary } from "./view.ts";
@@ -39,6 +41,8 @@ export async function main(args: string[]): Promise<number> {
         return await status(stateDir, command.output);
       case "down":
         return await down(stateDir);
+      case "recover":
+        return await recover(command, stateDir);
     }
   } catch (error) {
     printError(error instanceof Error ? error.message : String(error));
@@ -63,27 +67,65 @@ async function up(command: Extract<ClusterCommand, { command: "up" }>, stateDir:
     );
   }
 
+  print(
+    `Starting ${command.controlPlanes} control plane(s) and ${command.workers} worker(s) in ${stateDir} …\n`,
+  );
+  return await inForeground(stateDir, (onChange, signal) =>
+    startLocalCluster({
+      stateDir,
+      controlPlanes: command.controlPlanes,
+      workers: command.workers,
+      network: command.network,
+      timeoutMs: command.timeoutMs,
+      corsAllowOrigins: command.corsAllowOrigins,
+      onChange,
+      signal,
+    }));
+}
+
+async function recover(
+  command: Extract<ClusterCommand, { command: "recover" }>,
+  stateDir: string,
+): Promise<number> {
+  const previous = await readStatus(stateDir);
+  if (previous === undefined) throw new Error(`no cluster in ${stateDir} (start one with: deno task cluster up)`);
+  if (await isClusterProcess(previous.supervisorPid, stateDir) && previous.supervisorPid !== Deno.pid) {
+    throw new Error(`the cluster in ${stateDir} runs (cluster up is PID ${previous.supervisorPid}): nothing to recover`);
+  }
+  await stopCluster(previous); // leftovers of a crashed run, and its network
+  const recoverable = new Set((await recoverableNodes(stateDir)).map((node) => node.name));
+  const left = previous.nodes.filter((node) => !recoverable.has(node.name)).map((node) => node.name);
+  print(
+    `Recovering the cluster in ${stateDir}: its nodes boot again, the control planes are recovered with the master secret …\n`,
+  );
+  if (left.length > 0) print(`Left out (had not joined): ${left.join(", ")}\n`);
+  return await inForeground(stateDir, (onChange, signal) =>
+    recoverLocalCluster({
+      stateDir,
+      timeoutMs: command.timeoutMs,
+      corsAllowOrigins: command.corsAllowOrigins,
+      onChange,
+      signal,
+    }));
+}
+
+/**
+ * Starts a cluster with `start`, showing its phases, then its summary, and
+ * stays until Ctrl-C or SIGTERM, then stops everything.
+ */
+async function inForeground(
+  stateDir: string,
+  start: (onChange: (status: ClusterStatus) => void, signal: AbortSignal) => Promise<LocalCluster>,
+): Promise<number> {
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   Deno.addSignalListener("SIGINT", onSignal);
   Deno.addSignalListener("SIGTERM", onSignal);
   const view = createLiveView();
-  print(
-    `Starting ${command.controlPlanes} control plane(s) and ${command.workers} worker(s) in ${stateDir} …\n`,
-  );
   try {
     let cluster;
     try {
-      cluster = await startLocalCluster({
-        stateDir,
-        controlPlanes: command.controlPlanes,
-        workers: command.workers,
-        network: command.network,
-        timeoutMs: command.timeoutMs,
-        corsAllowOrigins: command.corsAllowOrigins,
-        onChange: (status) => view.update(status),
-        signal: stop.signal,
-      });
+      cluster = await start((status) => view.update(status), stop.signal);
     } catch (error) {
       view.done();
       const status = await readStatus(stateDir);

@@ -79,6 +79,13 @@ export interface CreateNetworkOptions {
   owner: string;
   /** Called with the names whenever they grow (the bridge once it is ours, a namespace before it is made). */
   onNames?: (names: NetworkNames) => Promise<void>;
+  /**
+   * netns: the host's address this network must have (`10.42.<n>.1`, so
+   * every node gets its old address back, as a recovered cluster needs: its
+   * certificates and kubeconfigs name them); it fails when another cluster
+   * holds that subnet. Default: the first free subnet.
+   */
+  hostAddress?: string;
 }
 
 /** TEST-NET-1: addresses nodes claim on loopback (never routed, never loopback). */
@@ -117,7 +124,13 @@ function bridgeMac(subnet: number): string {
 export async function createNetwork(options: CreateNetworkOptions): Promise<ClusterNetwork> {
   const kind = options.kind === "auto" ? (await netnsAvailable() ? "netns" : "loopback") : options.kind;
   if (kind === "loopback") return loopbackNetwork();
-  return await netnsNetwork(options.owner, options.onNames ?? (() => Promise.resolve()));
+  let subnets: number[] | undefined;
+  if (options.hostAddress !== undefined) {
+    const subnet = Number(/^10\.42\.(\d{1,3})\.1$/.exec(options.hostAddress)?.[1] ?? NaN);
+    if (!(subnet < SUBNETS)) throw new Error(`not a cluster network's host address: ${options.hostAddress}`);
+    subnets = [subnet];
+  }
+  return await netnsNetwork(options.owner, options.onNames ?? (() => Promise.resolve()), subnets);
 }
 
 function loopbackNetwork(): ClusterNetwork {
@@ -141,10 +154,11 @@ function loopbackNetwork(): ClusterNetwork {
 async function netnsNetwork(
   owner: string,
   onNames: (names: NetworkNames) => Promise<void>,
+  subnets = Array.from({ length: SUBNETS }, (_, n) => n),
 ): Promise<ClusterNetwork> {
   const names: NetworkNames = { bridge: "", namespaces: [], owner };
   let subnet = -1;
-  for (let n = 0; n < SUBNETS && subnet < 0; n++) {
+  for (const n of subnets) {
     const bridge = `${BRIDGE_PREFIX}${n}`;
     // Creating the bridge is the claim on the subnet: it fails when another cluster holds it. It is
     // recorded only once it is ours (a crash in between leaves it behind rather than taking another's).
@@ -164,6 +178,12 @@ async function netnsNetwork(
     names.bridge = bridge;
     subnet = n;
     await onNames(names);
+    break;
+  }
+  if (subnet < 0 && subnets.length === 1) {
+    throw new Error(
+      `the cluster's subnet 10.42.${subnets[0]}.0/24 is taken: bridge ${BRIDGE_PREFIX}${subnets[0]} exists (another cluster's?)`,
+    );
   }
   if (subnet < 0) {
     throw new Error(`no free cluster subnet: bridges ${BRIDGE_PREFIX}0…${SUBNETS - 1} all exist`);

@@ -62,14 +62,20 @@ export interface PrepareNodeOptions {
   name: string;
 }
 
-/** Creates the node's root, state disk, kubeadm and a systemctl that records its calls. */
-export async function prepareNode(options: PrepareNodeOptions): Promise<NodeFiles> {
+/** The files of node `options.name` under `options.dir` (made by {@linkcode prepareNode}). */
+export function nodeFiles(options: PrepareNodeOptions): NodeFiles {
   const home = `${options.dir}/${options.name}`;
   const root = `${home}/root`;
+  return { name: options.name, home, root, disk: `${root}/dev/state.img`, tpmState: `${home}/tpm` };
+}
+
+/** Creates the node's root, state disk, kubeadm and a systemctl that records its calls. */
+export async function prepareNode(options: PrepareNodeOptions): Promise<NodeFiles> {
+  const files = nodeFiles(options);
+  const { root, disk } = files;
   for (const dir of ["run/cryptsetup-keys.d", "run/state/bin", "usr/bin", "var/lib", "dev"]) {
     await Deno.mkdir(`${root}/${dir}`, { recursive: true });
   }
-  const disk = `${root}/dev/state.img`;
   const initialKey = `${root}/run/cryptsetup-keys.d/state.key`;
   await Deno.writeFile(initialKey, crypto.getRandomValues(new Uint8Array(32)), { mode: 0o400 });
   await formatStateDisk(disk, initialKey);
@@ -93,7 +99,7 @@ exit $status
     `#!/bin/sh\necho "$*" >> '${root}/var/lib/systemctl-calls'\n`,
     { mode: 0o755 },
   );
-  return { name: options.name, home, root, disk, tpmState: `${home}/tpm` };
+  return files;
 }
 
 /**
@@ -161,10 +167,14 @@ export async function bootNodeTpm(node: NodeFiles, options: { tamperPcr4?: boole
  * its kept state ({@linkcode bootNodeTpm}).
  */
 export async function rebootNode(node: NodeFiles, options: { tamperPcr4?: boolean } = {}): Promise<Swtpm> {
-  const keyFile = nodePaths(node.root).initialPassphrase;
-  const disk = new LuksStateDisk({ device: node.disk, initialPassphraseFile: keyFile });
-  if (await disk.isInitialized()) await removeIfExists(keyFile);
+  if (await isInitialized(node)) await removeIfExists(nodePaths(node.root).initialPassphrase);
   return await bootNodeTpm(node, options);
+}
+
+/** Whether the node's state disk is initialized: the node joined a cluster (its LUKS2 token says so). */
+export async function isInitialized(node: NodeFiles): Promise<boolean> {
+  const keyFile = nodePaths(node.root).initialPassphrase;
+  return await new LuksStateDisk({ device: node.disk, initialPassphraseFile: keyFile }).isInitialized();
 }
 
 /** The image's measurements: PCRs {@linkcode BOOT_PCRS} and 15 (zero until bound) of a freshly booted node. */

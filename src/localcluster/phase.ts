@@ -30,6 +30,9 @@ export interface PhaseState {
   reason?: string;
 }
 
+/** Why a control plane whose rejoin serves the operator's recovery waits. */
+export const WAITING_FOR_RECOVERY = "for a join service, or the operator's recovery (cli recover)";
+
 /** Join failures that only mean "no join service to talk to yet". */
 const UNREACHABLE = new Set(["unreachable", "deadline"]);
 
@@ -53,6 +56,8 @@ export function nextPhase(current: PhaseState, line: string): PhaseState {
       return current.phase === "starting"
         ? { phase: "waiting", reason: "for Init or a join service" }
         : current;
+    case "recovery server listening":
+      return { phase: "waiting", reason: WAITING_FOR_RECOVERY };
     case "joining as":
     case "rejoining":
     case "Init called":
@@ -61,7 +66,10 @@ export function nextPhase(current: PhaseState, line: string): PhaseState {
     case "rejoin ticket refused, unreachable or unusable":
     case "join ticket refused before the node lock":
       if (typeof entry.reason === "string" && UNREACHABLE.has(entry.reason)) {
-        return { phase: "waiting", reason: "join service unreachable" };
+        // A node that waits for a recovery still does: the join services are the other way out.
+        return current.reason === WAITING_FOR_RECOVERY
+          ? current
+          : { phase: "waiting", reason: "join service unreachable" };
       }
       return { phase: "refused", reason: error ?? msg };
     case "received a join ticket":

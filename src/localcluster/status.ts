@@ -25,10 +25,17 @@ export interface NodeStatus extends PhaseState {
   name: string;
   /** The role it claims. */
   role: "ControlPlane" | "Worker";
+  /**
+   * Its number in the cluster network (0 is the first control plane): its
+   * address and namespace derive from it, and a recovery gives it the same.
+   */
+  index: number;
   /** Its address in the cluster network. */
   address: string;
   /** `host:port` of its init server (and attestation RPC), as the host reaches it, once it listens. */
   initEndpoint?: string;
+  /** `host:port` of its recovery server (`cli recover --node`), while its rejoin waits for one. */
+  recoveryEndpoint?: string;
   /** `host:port` of its join service, when it runs one. */
   joinServiceEndpoint?: string;
   /** `host:port` of its bootstrapper's browser port (`GetAttestation` for the console), while it listens. */

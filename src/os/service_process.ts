@@ -136,7 +136,7 @@ export type SpawnedProcess = Omit<RunningService, "port">;
 export function startProcess(
   cmd: string,
   args: string[],
-  options: { env?: Record<string, string>; cwd?: string } = {},
+  options: { env?: Record<string, string>; cwd?: string; onLine?: (line: string) => void } = {},
 ): SpawnedProcess {
   return spawn(cmd, args, options);
 }

@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { UsageError } from "../../src/flags/flags.ts";
 import { type ClusterCommand, DEFAULT_STATE_DIR, parseClusterArgs } from "../../src/localcluster/flags.ts";
+import { consoleOrigin } from "../../src/console/address.ts";
 
 Deno.test("parseClusterArgs accepts good command lines", async (t) => {
   const rows: { name: string; args: string[]; want: ClusterCommand | "help" }[] = [
@@ -105,6 +106,21 @@ Deno.test("parseClusterArgs accepts good command lines", async (t) => {
       want: { command: "status", stateDir: "/tmp/c", output: "json" },
     },
     { name: "down", args: ["down", "--state-dir", "/tmp/c"], want: { command: "down", stateDir: "/tmp/c" } },
+    {
+      name: "recover: 300 s and the console's origin by default",
+      args: ["recover", "--state-dir", "/tmp/c"],
+      want: { command: "recover", stateDir: "/tmp/c", timeoutMs: 300_000, corsAllowOrigins: [consoleOrigin()] },
+    },
+    {
+      name: "recover: --timeout and --cors-allow-origin",
+      args: ["recover", "--timeout", "90", "--cors-allow-origin", "https://console.example:8443"],
+      want: {
+        command: "recover",
+        stateDir: DEFAULT_STATE_DIR,
+        timeoutMs: 90_000,
+        corsAllowOrigins: ["https://console.example:8443"],
+      },
+    },
     { name: "--help alone", args: ["--help"], want: "help" },
     { name: "-h", args: ["-h"], want: "help" },
     { name: "up --help", args: ["up", "--help"], want: "help" },
@@ -123,8 +139,8 @@ Deno.test("parseClusterArgs accepts good command lines", async (t) => {
 
 Deno.test("parseClusterArgs refuses bad command lines with a UsageError naming the problem", async (t) => {
   const rows: { name: string; args: string[]; want: RegExp }[] = [
-    { name: "no command", args: [], want: /^missing command: one of up, down, status$/ },
-    { name: "unknown command", args: ["start"], want: /^unknown command "start": one of up, down, status$/ },
+    { name: "no command", args: [], want: /^missing command: one of up, down, status, recover$/ },
+    { name: "unknown command", args: ["start"], want: /^unknown command "start": one of up, down, status, recover$/ },
     { name: "a flag where the command goes", args: ["--workers", "1"], want: /^unknown command "--workers"/ },
     { name: "unknown flag", args: ["up", "--nodes", "3"], want: /unknown flag --nodes/ },
     { name: "stray argument", args: ["up", "now"], want: /unexpected argument now/ },
@@ -190,6 +206,16 @@ Deno.test("parseClusterArgs refuses bad command lines with a UsageError naming t
       name: "an up flag given to down",
       args: ["down", "--network=netns"],
       want: /^--network is not a flag of cluster down$/,
+    },
+    {
+      name: "the cluster's shape given to recover (it is the stopped cluster's)",
+      args: ["recover", "--workers", "3"],
+      want: /^--workers is not a flag of cluster recover$/,
+    },
+    {
+      name: "zero --timeout of recover",
+      args: ["recover", "--timeout", "0"],
+      want: /^invalid --timeout "0": want a positive number$/,
     },
     {
       name: "a status flag given to up",

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { createLogger, type LogFields, type LogLevel } from "../../src/log/logger.ts";
-import { nextPhase, type PhaseState } from "../../src/localcluster/phase.ts";
+import { nextPhase, type PhaseState, WAITING_FOR_RECOVERY } from "../../src/localcluster/phase.ts";
 
 /** One line as the bootstrapper writes it: the real logger, component "bootstrapper". */
 function logLine(level: LogLevel, msg: string, fields?: LogFields): string {
@@ -28,6 +28,7 @@ const ATTESTING: PhaseState = { phase: "attesting" };
 const JOINING: PhaseState = { phase: "joining" };
 const JOINED: PhaseState = { phase: "joined" };
 const UNREACHABLE: PhaseState = { phase: "waiting", reason: "join service unreachable" };
+const RECOVERABLE: PhaseState = { phase: "waiting", reason: WAITING_FOR_RECOVERY };
 const ENDPOINT = { endpoint: "10.42.0.2:30090" };
 const PCR_MISMATCH = "join service 10.42.0.2:30090: PermissionDenied: PCR[4] mismatch";
 
@@ -128,6 +129,23 @@ const rows: Row[] = [
       error: "connect ECONNREFUSED",
     }),
     want: UNREACHABLE,
+  },
+  // A control plane's rejoin offers the operator's recovery (src/bootstrapper/main.ts).
+  {
+    name: "recovery server listening: waiting for a join service or the recovery",
+    from: ATTESTING,
+    line: logLine("info", "recovery server listening", { address: "0.0.0.0", port: 9999 }),
+    want: RECOVERABLE,
+  },
+  {
+    name: "a node waiting for a recovery keeps that reason while the join services stay unreachable",
+    from: RECOVERABLE,
+    line: logLine("warn", "rejoin ticket refused, unreachable or unusable", {
+      ...ENDPOINT,
+      reason: "unreachable",
+      error: "connect ECONNREFUSED",
+    }),
+    want: RECOVERABLE,
   },
   {
     name: "rejoin ticket refused: refused",
