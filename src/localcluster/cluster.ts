@@ -6,7 +6,8 @@
  * machine allows), the local Kubernetes API serving the first control
  * plane's kubeadm PKI, the operator's `cli init` against the first node,
  * and on every control plane the key service and join service started from
- * the objects the init created.
+ * the objects the init created. A stopped cluster can be brought back
+ * ({@linkcode recoverLocalCluster}).
  *
  * Everything lives under one state directory:
  *
@@ -17,7 +18,8 @@
  * secrets/                      master secret (cli init's), init secret
  * logs/<node>.log …             every process's log, cli init's output
  * local-api/                    the Kubernetes API's objects
- * nodes/<name>/                 root/ (the node's filesystem), tpm/ (its TPM state), services/
+ * nodes/<name>/                 root/ (the node's filesystem), tpm/ (its TPM state), services/,
+ *                               node.json (its role and network index, for a recovery)
  * ```
  *
  * @module
@@ -324,7 +326,9 @@ export async function recoverableNodes(stateDir: string): Promise<NodeIdentity[]
       if (error instanceof Deno.errors.NotFound) continue;
       throw new Error(`${dir}/${entry.name}/${NODE_IDENTITY_FILE}: ${(error as Error).message}`);
     }
-    if (await isInitialized(nodeFiles({ dir, name: entry.name }))) nodes.push({ ...identity, name: entry.name });
+    if (await isInitialized(nodeFiles({ dir, name: entry.name }))) {
+      nodes.push({ ...identity, name: entry.name });
+    }
   }
   return nodes.sort((a, b) => a.index - b.index);
 }
@@ -415,7 +419,8 @@ class Cluster implements LocalCluster {
     const initial = await Promise.all(roles.map((role) => this.#createNode({ role })));
     const first = initial[0];
     signal?.throwIfAborted();
-    await this.#startApi(first, network.kind === "netns" ? NETNS_API_PORT : 0);
+    // On loopback a recovery binds the same port again: one no port-0 listener took meanwhile.
+    await this.#startApi(first, network.kind === "netns" ? NETNS_API_PORT : freePort());
 
     this.#config = {
       variant: "qemu-vtpm",
@@ -450,21 +455,25 @@ class Cluster implements LocalCluster {
     const previous = await readStatus(stateDir);
     if (previous === undefined) throw new Error(`no cluster in ${stateDir}`);
     if (previous.clusterId === undefined || previous.apiServer === undefined) {
-      throw new Error(`the cluster in ${stateDir} never finished its init: nothing to recover (cluster up starts anew)`);
-    }
-    const kept = await recoverableNodes(stateDir);
-    if (kept[0]?.index !== 0) {
-      throw new Error(`the init node of the cluster in ${stateDir} is gone or never joined: nothing to recover`);
+      throw new Error(
+        `the cluster in ${stateDir} never finished its init: nothing to recover (cluster up starts anew)`,
+      );
     }
     // Kept from the start: a recovery that fails early leaves a status the next one can use.
     this.status.clusterId = previous.clusterId;
     this.status.network = previous.network;
     this.status.apiServer = previous.apiServer;
+    await this.#changed();
+    // First: until the bridge is created, another cluster starting may take the subnet.
+    const network = await this.#createNetwork(previous.network.kind, previous.network.hostAddress);
+    const kept = await recoverableNodes(stateDir);
+    if (kept[0]?.index !== 0) {
+      throw new Error(
+        `the init node of the cluster in ${stateDir} is gone or never joined: nothing to recover`,
+      );
+    }
     this.#config = JSON.parse(await Deno.readTextFile(this.paths.attestationConfig));
     await Deno.mkdir(this.paths.logs, { recursive: true });
-    await this.#changed();
-
-    const network = await this.#createNetwork(previous.network.kind, previous.network.hostAddress);
     await this.#startMetadata((await Deno.readTextFile(this.paths.initSecret)).trim());
     signal?.throwIfAborted();
     const nodes = await Promise.all(kept.map((node) => this.#restoreNode(node)));
@@ -480,9 +489,9 @@ class Cluster implements LocalCluster {
       const recovered = await this.recoverNode(node.name);
       if (recovered.code !== 0) {
         throw new Error(
-          `cli recover of ${node.name} failed: ${recovered.stderrLines.at(-1) ?? `status ${recovered.code}`} (see ${
-            this.#recoverLog
-          })`,
+          `cli recover of ${node.name} failed: ${
+            recovered.stderrLines.at(-1) ?? `status ${recovered.code}`
+          } (see ${this.#recoverLog})`,
         );
       }
       await this.#bootAfter(node, await rejoins.get(node.name)!);
@@ -594,7 +603,12 @@ class Cluster implements LocalCluster {
   }
 
   waitForPhase(name: string, phases: NodePhase[], timeoutMs = 60_000): Promise<NodeStatus> {
-    return this.#waitFor(name, `${phases.join(" or ")}`, (status) => phases.includes(status.phase), timeoutMs);
+    return this.#waitFor(
+      name,
+      `${phases.join(" or ")}`,
+      (status) => phases.includes(status.phase),
+      timeoutMs,
+    );
   }
 
   /**
@@ -902,7 +916,9 @@ class Cluster implements LocalCluster {
       onLine: (line) => {
         log(line);
         const recovery = RECOVERY_LISTENING.exec(line);
-        if (recovery !== null) node.status.recoveryEndpoint = `${node.network.reachableAddress}:${recovery[1]}`;
+        if (recovery !== null) {
+          node.status.recoveryEndpoint = `${node.network.reachableAddress}:${recovery[1]}`;
+        }
         this.#setPhase(node, nextPhase(node.status, line));
       },
     });
@@ -928,13 +944,21 @@ class Cluster implements LocalCluster {
   async #bootAfter(node: NodeRecord, rejoin: ProcessResult): Promise<ProcessResult> {
     if (rejoin.code !== 0) {
       this.#setPhase(node, { phase: "failed", reason: rejoin.stderrLines.at(-1) });
-      throw new Error(`the rejoin of ${node.name} failed: ${rejoin.stderrLines.at(-1) ?? `status ${rejoin.code}`}`);
+      throw new Error(
+        `the rejoin of ${node.name} failed: ${rejoin.stderrLines.at(-1) ?? `status ${rejoin.code}`}`,
+      );
     }
-    const boot = await this.#run(node.network.commandPrefix, this.#bootstrapperArgs(node, []), node.status.log);
+    const boot = await this.#run(
+      node.network.commandPrefix,
+      this.#bootstrapperArgs(node, []),
+      node.status.log,
+    );
     for (const line of boot.stderrLines) this.#setPhase(node, nextPhase(node.status, line));
     if (boot.code !== 0) {
       this.#setPhase(node, { phase: "failed", reason: boot.stderrLines.at(-1) });
-      throw new Error(`the bootstrapper of ${node.name} failed: ${boot.stderrLines.at(-1) ?? `status ${boot.code}`}`);
+      throw new Error(
+        `the bootstrapper of ${node.name} failed: ${boot.stderrLines.at(-1) ?? `status ${boot.code}`}`,
+      );
     }
     return boot;
   }

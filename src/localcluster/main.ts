@@ -88,9 +88,13 @@ async function recover(
   stateDir: string,
 ): Promise<number> {
   const previous = await readStatus(stateDir);
-  if (previous === undefined) throw new Error(`no cluster in ${stateDir} (start one with: deno task cluster up)`);
+  if (previous === undefined) {
+    throw new Error(`no cluster in ${stateDir} (start one with: deno task cluster up)`);
+  }
   if (await isClusterProcess(previous.supervisorPid, stateDir) && previous.supervisorPid !== Deno.pid) {
-    throw new Error(`the cluster in ${stateDir} runs (cluster up is PID ${previous.supervisorPid}): nothing to recover`);
+    throw new Error(
+      `the cluster in ${stateDir} runs (cluster up is PID ${previous.supervisorPid}): nothing to recover`,
+    );
   }
   await stopCluster(previous); // leftovers of a crashed run, and its network
   const recoverable = new Set((await recoverableNodes(stateDir)).map((node) => node.name));

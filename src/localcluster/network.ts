@@ -182,7 +182,9 @@ async function netnsNetwork(
   }
   if (subnet < 0 && subnets.length === 1) {
     throw new Error(
-      `the cluster's subnet 10.42.${subnets[0]}.0/24 is taken: bridge ${BRIDGE_PREFIX}${subnets[0]} exists (another cluster's?)`,
+      `the cluster's subnet 10.42.${subnets[0]}.0/24 is taken: bridge ${BRIDGE_PREFIX}${
+        subnets[0]
+      } exists (another cluster's?)`,
     );
   }
   if (subnet < 0) {

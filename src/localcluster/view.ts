@@ -93,7 +93,8 @@ function shown(path: string, cwd: string): string {
 /**
  * The summary after `up` (and in `status`): nodes joined and the time taken,
  * where the API, kubeconfig, secrets, logs and state are, and the commands to
- * look inside, verify a node and stop.
+ * look inside, verify or recover a node, and stop (or, once stopped, recover
+ * the cluster).
  */
 export function summary(status: ClusterStatus, cwd: string): string {
   const joined = status.nodes.filter((node) => node.phase === "joined").length;
@@ -120,14 +121,25 @@ export function summary(status: ClusterStatus, cwd: string): string {
       path(status.stateDir)
     }   (the browser console, ${consoleOrigin()}/)`,
   ];
+  const attestationConfig = path(`${status.stateDir}/attestation-config.json`);
   if (waiting !== undefined) {
     lines.push(
       `Why has ${waiting.name} not joined? Check its attestation:`,
-      `  npx deno task cli verify --node ${waiting.initEndpoint} --attestation-config ${
-        path(`${status.stateDir}/attestation-config.json`)
-      }`,
+      `  npx deno task cli verify --node ${waiting.initEndpoint} --attestation-config ${attestationConfig}`,
     );
   }
-  lines.push("Stop: Ctrl-C in the terminal of `cluster up`, or `npx deno task cluster down`.");
+  for (const node of status.nodes.filter((node) => node.recoveryEndpoint !== undefined)) {
+    lines.push(
+      `${node.name} waits for a join service or the operator's recovery:`,
+      `  npx deno task cli recover --node ${node.recoveryEndpoint} --master-secret ${
+        path(`${status.stateDir}/secrets/master-secret.json`)
+      } --attestation-config ${attestationConfig}`,
+    );
+  }
+  if (status.state === "running" || status.state === "starting") {
+    lines.push("Stop: Ctrl-C in the terminal of `cluster up`, or `npx deno task cluster down`.");
+  } else if (status.clusterId !== undefined) {
+    lines.push(`Bring it back: npx deno task cluster recover --state-dir ${path(status.stateDir)}`);
+  }
   return lines.join("\n") + "\n";
 }

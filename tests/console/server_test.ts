@@ -76,6 +76,7 @@ Deno.test("the console server: the page, the cluster's status and config, and no
       nodes: [{
         name: "worker-0",
         role: "Worker",
+        index: 1,
         address: "10.42.0.3",
         phase: "refused",
         reason: "PCR[4] mismatch",

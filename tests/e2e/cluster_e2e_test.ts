@@ -4,14 +4,15 @@
  * namespace: what the ticket flow created, and the attacks and faults a
  * cluster must survive (a node with other measurements, a worker asking to
  * be a control plane, a dummy node, the join service killed while nodes
- * join, a rebooted worker).
+ * join, a rebooted worker), and the whole cluster powered off and recovered
+ * (`recoverLocalCluster`: the control planes through the real `cli recover`).
  */
 import assert from "node:assert/strict";
 import { nodePaths } from "../../src/bootstrapper/node_paths.ts";
 import { BOOTSTRAP_TOKEN_TTL_MS } from "../../src/joinservice/bootstraptoken.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { deriveStateDiskKey } from "../../src/kms/keys.ts";
-import { type LocalCluster, startLocalCluster } from "../../src/localcluster/cluster.ts";
+import { type LocalCluster, recoverLocalCluster, startLocalCluster } from "../../src/localcluster/cluster.ts";
 import { runToExit } from "../../src/os/service_process.ts";
 import { REPO_ROOT } from "../../src/localcluster/node.ts";
 import { diskOpensWith } from "../support/cryptsetup.ts";
@@ -64,6 +65,8 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       await printLogTails(`${stateDir}/logs`);
       throw error;
     });
+  // The cluster running now (the recovery step replaces it).
+  let running = cluster;
   // A failed step leaves the test running; its logs are printed at the end, before the state directory goes.
   let failed = false;
   const step = async (name: string, fn: (t: Deno.TestContext) => void | Promise<void>) => {
@@ -231,8 +234,54 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       assert.match(boot.stderrLines.join("\n"), /bound to a cluster/);
       assert.equal(worker.status.phase, "joined");
     });
+
+    await step(
+      "every node powered off: the cluster recovers, its control planes through cli recover",
+      async () => {
+        const joined = cluster.nodes().filter((node) => node.status.phase === "joined").map((node) =>
+          node.name
+        );
+        await cluster.close();
+        const started = Date.now();
+        running = await recoverLocalCluster({ stateDir });
+        console.log(`cluster recovered (${joined.length} nodes): ${(Date.now() - started) / 1000} s`);
+        assert.equal(running.status.state, "running");
+        assert.equal(running.status.clusterId, cluster.status.clusterId);
+        // The refused nodes never joined (their disks are not initialized): they stay off.
+        assert.deepEqual(running.nodes().map((node) => node.name).sort(), [...joined].sort());
+        const want = await extended(new Uint8Array(32), clusterId);
+        for (const node of running.nodes()) {
+          assert.equal(node.status.phase, "joined", node.name);
+          assert.equal((await node.pcr15()).toHex(), want, `${node.name}: PCR 15 bound again`);
+          const diskKey = await deriveStateDiskKey(kms, await diskUuid(node.files.disk));
+          assert.deepEqual(
+            await Deno.readFile(nodePaths(node.files.root).initialPassphrase),
+            diskKey,
+            node.name,
+          );
+          // Control planes had no join service to ask: the operator's recovery unlocked them.
+          const source = node.role === "ControlPlane"
+            ? /"source":"recovery"/
+            : /"source":"10\.42\.\d+\.\d+:30090"/;
+          const rejoined = (await Deno.readTextFile(node.status.log)).split("\n")
+            .filter((line) => line.includes('"msg":"rejoined: PCR 15 bound to the cluster again"'));
+          assert.match(rejoined.at(-1) ?? "", source, node.name);
+        }
+        const recoveries = await Deno.readTextFile(`${running.paths.logs}/cli-recover.log`);
+        assert.equal(recoveries.match(new RegExp(`cluster ID: ${cluster.status.clusterId}`, "g"))?.length, 2);
+        for await (const entry of Deno.readDir(running.paths.logs)) {
+          const log = await Deno.readTextFile(`${running.paths.logs}/${entry.name}`);
+          assert.ok(!log.includes(masterSecret.key), `the master secret is not in ${entry.name}`);
+        }
+        for (const name of ["control-plane-0", "control-plane-1"]) {
+          assert.ok(running.node(name).status.joinServiceEndpoint, `${name} serves joins again`);
+        }
+        const newcomer = await running.addNode({ role: "Worker", name: "worker-after-recovery" });
+        await running.waitForPhase(newcomer.name, ["joined"], 60_000);
+      },
+    );
   } finally {
-    await cluster.close();
+    await running.close();
     if (failed) await printLogTails(cluster.paths.logs);
     await Deno.remove(stateDir, { recursive: true });
   }

@@ -4,8 +4,9 @@
  * control plane and one worker come up; `status` in another process shows
  * them; the real kubectl reads the cluster's objects; a second `up` on the
  * same state directory is refused; `down` (or Ctrl-C, i.e. SIGINT, to `up`)
- * stops every process the status file lists; with network namespaces,
- * `down` also removes the cluster's namespaces and bridge.
+ * stops every process the status file lists; `recover` brings the stopped
+ * cluster back; with network namespaces, `down` also removes the cluster's
+ * namespaces and bridge.
  *
  * Each `cluster up` takes about 10 s, so there are three: one loopback
  * cluster for status, kubectl, the refused second up and down; one for
@@ -99,7 +100,7 @@ async function tempStateDir(prefix: string): Promise<string> {
   return await Deno.realPath(await Deno.makeTempDir({ prefix }));
 }
 
-Deno.test("cluster up (loopback) runs two nodes that status and kubectl see; a second up is refused; down stops every process", async (t) => {
+Deno.test("cluster up (loopback) runs two nodes that status and kubectl see; a second up is refused; down stops every process; recover brings it back", async (t) => {
   const stateDir = await tempStateDir("cluster-loopback-");
   let up: RunningService | undefined;
   try {
@@ -141,7 +142,7 @@ Deno.test("cluster up (loopback) runs two nodes that status and kubectl see; a s
     });
 
     await t.step(
-      "a second cluster up on the same state directory is refused and leaves the cluster alone",
+      "a second cluster up, or a recover, on the same state directory is refused and leaves the cluster alone",
       async () => {
         const second = await cluster(["up", "--state-dir", stateDir, "--network", "loopback"]);
         assert.equal(second.code, 1, output(second));
@@ -150,6 +151,12 @@ Deno.test("cluster up (loopback) runs two nodes that status and kubectl see; a s
           new RegExp(
             `cluster: a cluster runs in ${stateDir} \\(cluster up is PID ${running.pid}\\): cluster down first`,
           ),
+        );
+        const recover = await cluster(["recover", "--state-dir", stateDir]);
+        assert.equal(recover.code, 1, output(recover));
+        assert.match(
+          output(recover),
+          new RegExp(`cluster: the cluster in ${stateDir} runs \\(cluster up is PID ${running.pid}\\)`),
         );
         const { status } = await statusOf(stateDir);
         assert.equal(status.state, "running");
@@ -175,6 +182,55 @@ Deno.test("cluster up (loopback) runs two nodes that status and kubectl see; a s
         assert.equal(status.state, "stopped");
         assert.deepEqual(status.processes, []);
         assert.equal(code, 1, "status of a stopped cluster exits 1");
+      },
+    );
+
+    await t.step(
+      "cluster recover brings the stopped cluster back: the same cluster, both nodes bound again, kubectl reads it",
+      async () => {
+        const stopped = (await statusOf(stateDir)).status;
+        const recovering = await startService(
+          "deno",
+          clusterArgs(["recover", "--state-dir", stateDir, "--timeout", "90"]),
+          { readyMatch: SUMMARY_API, cwd: REPO_ROOT, timeoutMs: 120_000 },
+        );
+        up = recovering;
+        assert.ok(recovering.stdoutLines.some((line) => line.startsWith(ALL_JOINED)), output(recovering));
+        const { code, status } = await statusOf(stateDir);
+        assert.equal(code, 0, "status of the recovered cluster exits 0");
+        assert.equal(status.supervisorPid, recovering.pid);
+        assert.equal(status.clusterId, stopped.clusterId);
+        assert.equal(status.apiServer, stopped.apiServer, "the API keeps its address");
+        assert.deepEqual(status.nodes.map((node) => [node.name, node.phase]), [
+          ["control-plane-0", "joined"],
+          ["worker-0", "joined"],
+        ]);
+        const recovered = await Deno.readTextFile(`${stateDir}/logs/cli-recover.log`);
+        assert.ok(recovered.includes(`cluster ID: ${stopped.clusterId}`), recovered);
+        const kubectl = await runToExit("kubectl", [
+          ...[
+            "--kubeconfig",
+            `${stateDir}/admin.conf`,
+            "get",
+            "joiningnodes",
+            "-n",
+            "kube-system",
+            "-o",
+            "name",
+          ],
+        ]);
+        assert.equal(kubectl.code, 0, output(kubectl));
+        assert.ok(
+          kubectl.stdoutLines.includes("joiningnode.update.edgeless.systems/worker-0"),
+          output(kubectl),
+        );
+
+        const pids = pidsOf(status);
+        const down = await cluster(["down", "--state-dir", stateDir]);
+        assert.equal(down.code, 0, output(down));
+        assert.equal((await recovering.status).code, 0, `cluster recover's exit:\n${output(recovering)}`);
+        up = undefined;
+        await assertAllGone(pids);
       },
     );
   } finally {
@@ -205,6 +261,18 @@ Deno.test("SIGINT (Ctrl-C) to cluster up stops every process it started", async 
     assert.deepEqual(after.status.processes, []);
   } finally {
     await cleanUp(stateDir, up);
+  }
+});
+
+Deno.test("cluster recover where no cluster is says so and creates nothing", async () => {
+  const stateDir = await tempStateDir("cluster-none-");
+  try {
+    const result = await cluster(["recover", "--state-dir", stateDir]);
+    assert.equal(result.code, 1, output(result));
+    assert.match(output(result), new RegExp(`cluster: no cluster in ${stateDir} \\(start one with`));
+    assert.deepEqual([...Deno.readDirSync(stateDir)], []);
+  } finally {
+    await Deno.remove(stateDir, { recursive: true });
   }
 });
 

@@ -109,7 +109,12 @@ Deno.test("parseClusterArgs accepts good command lines", async (t) => {
     {
       name: "recover: 300 s and the console's origin by default",
       args: ["recover", "--state-dir", "/tmp/c"],
-      want: { command: "recover", stateDir: "/tmp/c", timeoutMs: 300_000, corsAllowOrigins: [consoleOrigin()] },
+      want: {
+        command: "recover",
+        stateDir: "/tmp/c",
+        timeoutMs: 300_000,
+        corsAllowOrigins: [consoleOrigin()],
+      },
     },
     {
       name: "recover: --timeout and --cors-allow-origin",
@@ -140,7 +145,11 @@ Deno.test("parseClusterArgs accepts good command lines", async (t) => {
 Deno.test("parseClusterArgs refuses bad command lines with a UsageError naming the problem", async (t) => {
   const rows: { name: string; args: string[]; want: RegExp }[] = [
     { name: "no command", args: [], want: /^missing command: one of up, down, status, recover$/ },
-    { name: "unknown command", args: ["start"], want: /^unknown command "start": one of up, down, status, recover$/ },
+    {
+      name: "unknown command",
+      args: ["start"],
+      want: /^unknown command "start": one of up, down, status, recover$/,
+    },
     { name: "a flag where the command goes", args: ["--workers", "1"], want: /^unknown command "--workers"/ },
     { name: "unknown flag", args: ["up", "--nodes", "3"], want: /unknown flag --nodes/ },
     { name: "stray argument", args: ["up", "now"], want: /unexpected argument now/ },

@@ -15,6 +15,7 @@ function node(name: string, fields: Partial<NodeStatus> = {}): NodeStatus {
   return {
     name,
     role: name.startsWith("control-plane") ? "ControlPlane" : "Worker",
+    index: name.startsWith("control-plane") ? 0 : 1,
     address: name.startsWith("control-plane") ? "10.42.0.2" : "10.42.0.3",
     phase: "starting",
     log: `${STATE_DIR}/logs/${name}.log`,
@@ -279,6 +280,38 @@ Deno.test("the summary says how many nodes joined, where everything is and how t
         },
       }),
       want: ["Cluster stopped: 1 of 1 nodes joined (network: netns, bridge c11n3 at 10.42.3.1).\n"],
+    },
+    {
+      name: "a stopped cluster that was initialized: the recover command instead of how to stop",
+      status: cluster([node("control-plane-0", { phase: "joined" })], {
+        state: "stopped",
+        clusterId: "ab".repeat(32),
+      }),
+      want: ["Bring it back: npx deno task cluster recover --state-dir .dev/cluster\n"],
+      wantNot: ["Stop:"],
+    },
+    {
+      name: "a cluster that failed before its init: neither how to stop nor to recover",
+      status: cluster([node("control-plane-0", { phase: "failed" })], { state: "failed" }),
+      want: ["Cluster failed: 0 of 1 nodes joined"],
+      wantNot: ["Stop:", "Bring it back"],
+    },
+    {
+      name: "a control plane serving a recovery gets the cli recover line",
+      status: cluster([
+        node("control-plane-0", {
+          phase: "waiting",
+          reason: "for a join service, or the operator's recovery (cli recover)",
+          recoveryEndpoint: "10.42.0.2:9999",
+        }),
+      ], { state: "starting", clusterId: "ab".repeat(32) }),
+      want: [
+        "control-plane-0 waits for a join service or the operator's recovery:\n" +
+        "  npx deno task cli recover --node 10.42.0.2:9999 --master-secret .dev/cluster/secrets/master-secret.json" +
+        " --attestation-config .dev/cluster/attestation-config.json\n",
+        "Stop: Ctrl-C",
+      ],
+      wantNot: [verifyHint, "Bring it back"],
     },
   ];
   for (const row of rows) {
