@@ -34,7 +34,6 @@ import { type MetadataServer, startMetadataServer } from "../metadata/server.ts"
 import {
   type ProcessResult,
   type RunningService,
-  runToExit,
   type SpawnedProcess,
   startProcess,
   startService,
@@ -213,8 +212,10 @@ export interface LocalCluster extends AsyncDisposable {
    * the recovery ({@linkcode NodeStatus.recoveryEndpoint}), runs `cli recover`
    * (its own process) with the cluster's master secret and attestation
    * config; resolves to its result (exit status 0: the node is bound again).
+   * Rejects when the node's rejoin ends without serving one, or nothing
+   * happened within `options.timeoutMs` (default the cluster's timeout).
    */
-  recoverNode(name: string): Promise<ProcessResult>;
+  recoverNode(name: string, options?: { timeoutMs?: number }): Promise<ProcessResult>;
   /** Stops everything and removes the network; the state directory stays. */
   close(): Promise<void>;
 }
@@ -264,8 +265,8 @@ interface NodeRecord {
   variant: "qemu-vtpm" | "dummy";
   tamperPcr4: boolean;
   bootstrapper?: RunningService;
-  /** Its `bootstrapper rejoin`, while one runs. */
-  rejoin?: SpawnedProcess;
+  /** Whether its `bootstrapper rejoin` runs. */
+  rejoin: boolean;
   services: RunningService[];
   status: NodeStatus;
 }
@@ -366,6 +367,8 @@ class Cluster implements LocalCluster {
   /** Nodes being created, by name. */
   #creating = new Map<string, { role: Role; index: number }>();
   #others: RunningService[] = [];
+  /** Processes run to their end ({@linkcode Cluster.#run}) while they run. */
+  #oneShots = new Set<SpawnedProcess>();
   #config?: AttestationConfigFile;
   #apiEndpoint = "";
   #joinServicePort = JOIN_SERVICE_NODE_PORT;
@@ -483,10 +486,11 @@ class Cluster implements LocalCluster {
     await this.#startApi(nodes[0], apiPort);
 
     // No join service runs: every control plane waits for the operator, and is recovered.
-    const rejoins = new Map(nodes.map((node) => [node.name, this.#rejoin(node)]));
+    const left = () => this.#timeoutMs(started);
+    const rejoins = new Map(nodes.map((node) => [node.name, this.#rejoin(node, left())]));
     const controlPlanes = nodes.filter((node) => node.role === "ControlPlane");
     await Promise.all(controlPlanes.map(async (node) => {
-      const recovered = await this.recoverNode(node.name);
+      const recovered = await this.recoverNode(node.name, { timeoutMs: left() });
       if (recovered.code !== 0) {
         throw new Error(
           `cli recover of ${node.name} failed: ${
@@ -494,7 +498,7 @@ class Cluster implements LocalCluster {
           } (see ${this.#recoverLog})`,
         );
       }
-      await this.#bootAfter(node, await rejoins.get(node.name)!);
+      await this.#bootAfter(node, await rejoins.get(node.name)!, left());
     }));
     // On loopback only the first control plane's join service is reachable, as in up.
     for (const node of network.kind === "netns" ? controlPlanes : controlPlanes.slice(0, 1)) {
@@ -502,7 +506,7 @@ class Cluster implements LocalCluster {
     }
     await Promise.all(
       nodes.filter((node) => node.role === "Worker").map(async (node) =>
-        this.#bootAfter(node, await rejoins.get(node.name)!)
+        this.#bootAfter(node, await rejoins.get(node.name)!, left())
       ),
     );
     await this.#running(started);
@@ -613,7 +617,8 @@ class Cluster implements LocalCluster {
 
   /**
    * Resolves once node `name`'s status satisfies `done` (re-checked on every
-   * change); rejects when it fails, the cluster stops, or after `timeoutMs`.
+   * change); rejects when `done` throws, the node fails, the cluster stops,
+   * or after `timeoutMs`.
    */
   #waitFor(
     name: string,
@@ -625,7 +630,15 @@ class Cluster implements LocalCluster {
     if (record === undefined) return Promise.reject(new Error(`no node "${name}" in this cluster`));
     return new Promise((resolve, reject) => {
       const check = () => {
-        if (done(record.status)) {
+        let satisfied;
+        try {
+          satisfied = done(record.status);
+        } catch (error) {
+          finish();
+          reject(error);
+          return;
+        }
+        if (satisfied) {
           finish();
           resolve(record.status);
         } else if (record.status.phase === "failed" || this.#closed) {
@@ -654,14 +667,18 @@ class Cluster implements LocalCluster {
     });
   }
 
-  async recoverNode(name: string): Promise<ProcessResult> {
-    const status = await this.#waitFor(
-      name,
-      "serving a recovery",
-      (status) => status.recoveryEndpoint !== undefined,
-      this.#timeoutMs(),
-    );
-    return await this.#run([], [
+  async recoverNode(name: string, options: { timeoutMs?: number } = {}): Promise<ProcessResult> {
+    const since = Date.now();
+    const timeoutMs = options.timeoutMs ?? this.#timeoutMs();
+    const record = this.#nodes.get(name);
+    let rejoinSeen = false;
+    const status = await this.#waitFor(name, "serving a recovery", (status) => {
+      if (status.recoveryEndpoint !== undefined) return true;
+      if (record?.rejoin) rejoinSeen = true;
+      else if (rejoinSeen) throw new Error(`node ${name}: its rejoin ended without serving a recovery`);
+      return false;
+    }, timeoutMs);
+    return await this.#run(`${name}/cli-recover`, [], [
       "run",
       "-P=cli",
       "--no-prompt",
@@ -669,7 +686,7 @@ class Cluster implements LocalCluster {
       "recover",
       ...["--node", status.recoveryEndpoint!, "--master-secret", this.paths.masterSecret],
       ...["--attestation-config", this.paths.attestationConfig, "--timeout", "60"],
-    ], this.#recoverLog);
+    ], { log: this.#recoverLog, timeoutMs: Math.max(1, timeoutMs - (Date.now() - since)) });
   }
 
   get #recoverLog(): string {
@@ -732,8 +749,9 @@ class Cluster implements LocalCluster {
     await this.#changed();
     for (const watcher of [...this.#watchers]) watcher();
     const processes = [
-      ...[...this.#nodes.values()].flatMap((node) => [...node.services, node.bootstrapper, node.rejoin]),
+      ...[...this.#nodes.values()].flatMap((node) => [...node.services, node.bootstrapper]),
       ...this.#others,
+      ...this.#oneShots,
     ];
     // A process that ignores SIGTERM (a bootstrapper past its node lock) must not hold the teardown.
     await Promise.all(processes.map((process) => process?.stop("SIGTERM", { killAfterMs: STOP_GRACE_MS })));
@@ -761,7 +779,14 @@ class Cluster implements LocalCluster {
     // Nodes are created concurrently: names being created count for the next name.
     const sameRole = [...this.#nodes.values()].filter((n) => n.role === options.role).length +
       [...this.#creating.values()].filter((node) => node.role === options.role).length;
-    const name = options.name ?? `${prefix}-${sameRole}`;
+    let name = options.name;
+    // The next free name: a recovered cluster may lack some (left out), whose directories stay.
+    for (let n = sameRole; name === undefined; n++) {
+      const candidate = `${prefix}-${n}`;
+      if (!this.#nodes.has(candidate) && !this.#creating.has(candidate) && !this.#nodeDirExists(candidate)) {
+        name = candidate;
+      }
+    }
     return await this.#placeNode({
       name,
       role: options.role,
@@ -784,6 +809,17 @@ class Cluster implements LocalCluster {
       tamperPcr4: false,
       boot: async () => ({ files, tpm: await rebootNode(files) }),
     });
+  }
+
+  /** Whether `nodes/<name>` exists (synchronous: concurrent creations must see each other's names). */
+  #nodeDirExists(name: string): boolean {
+    try {
+      Deno.statSync(`${this.#options.stateDir}/nodes/${name}`);
+      return true;
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) return false;
+      throw error;
+    }
   }
 
   /** The lowest network index no node has or is being given. */
@@ -842,6 +878,7 @@ class Cluster implements LocalCluster {
         akDigest,
         variant: node.variant,
         tamperPcr4: node.tamperPcr4,
+        rejoin: false,
         services: [],
         status,
       };
@@ -904,44 +941,45 @@ class Cluster implements LocalCluster {
   }
 
   /**
-   * Runs `bootstrapper rejoin` on the node to its end (killed after the
-   * cluster's timeout), as the rejoin unit does at boot; its phases and
-   * recovery endpoint show while it runs.
+   * Runs `bootstrapper rejoin` on the node to its end (killed after
+   * `timeoutMs`, default the cluster's timeout), as the rejoin unit does at
+   * boot; its phases and recovery endpoint show while it runs.
    */
-  async #rejoin(node: NodeRecord): Promise<ProcessResult> {
-    const log = this.#logFile(node.status.log);
-    const [cmd, ...args] = [...node.network.commandPrefix, DENO, ...this.#bootstrapperArgs(node, ["rejoin"])];
-    const process = startProcess(cmd, args, {
-      cwd: REPO_ROOT,
-      onLine: (line) => {
-        log(line);
-        const recovery = RECOVERY_LISTENING.exec(line);
-        if (recovery !== null) {
-          node.status.recoveryEndpoint = `${node.network.reachableAddress}:${recovery[1]}`;
-        }
-        this.#setPhase(node, nextPhase(node.status, line));
-      },
-    });
-    node.rejoin = process;
-    this.#track(`${node.name}/rejoin`, process.pid);
-    const timer = setTimeout(() => process.stop("SIGKILL"), this.#timeoutMs());
+  async #rejoin(node: NodeRecord, timeoutMs?: number): Promise<ProcessResult> {
+    node.rejoin = true;
     try {
-      const { code } = await process.status;
-      return { code, stdoutLines: process.stdoutLines, stderrLines: process.stderrLines };
+      return await this.#run(
+        `${node.name}/rejoin`,
+        node.network.commandPrefix,
+        this.#bootstrapperArgs(node, ["rejoin"]),
+        {
+          log: node.status.log,
+          timeoutMs,
+          onLine: (line) => {
+            const recovery = RECOVERY_LISTENING.exec(line);
+            if (recovery !== null) {
+              node.status.recoveryEndpoint = `${node.network.reachableAddress}:${recovery[1]}`;
+              this.#changed();
+            }
+            this.#setPhase(node, nextPhase(node.status, line));
+          },
+        },
+      );
     } finally {
-      clearTimeout(timer);
-      node.rejoin = undefined;
+      node.rejoin = false;
       delete node.status.recoveryEndpoint;
-      this.#untrack(process.pid);
+      this.#changed();
     }
   }
 
   /**
    * After `rejoin` ended: runs the bootstrapper to its end, as the node's
    * boot does next (on a node bound again it starts the kubelet and exits);
-   * rejects when either failed.
+   * rejects when either failed, or the cluster is stopping.
    */
-  async #bootAfter(node: NodeRecord, rejoin: ProcessResult): Promise<ProcessResult> {
+  async #bootAfter(node: NodeRecord, rejoin: ProcessResult, timeoutMs?: number): Promise<ProcessResult> {
+    // A rejoin stopped with the cluster ends too (status 0: "rejoin stopped"); nothing follows it then.
+    if (this.#closed) throw new Error("the cluster was stopped");
     if (rejoin.code !== 0) {
       this.#setPhase(node, { phase: "failed", reason: rejoin.stderrLines.at(-1) });
       throw new Error(
@@ -949,11 +987,15 @@ class Cluster implements LocalCluster {
       );
     }
     const boot = await this.#run(
+      `${node.name}/bootstrapper`,
       node.network.commandPrefix,
       this.#bootstrapperArgs(node, []),
-      node.status.log,
+      {
+        log: node.status.log,
+        timeoutMs,
+        onLine: (line) => this.#setPhase(node, nextPhase(node.status, line)),
+      },
     );
-    for (const line of boot.stderrLines) this.#setPhase(node, nextPhase(node.status, line));
     if (boot.code !== 0) {
       this.#setPhase(node, { phase: "failed", reason: boot.stderrLines.at(-1) });
       throw new Error(
@@ -966,7 +1008,7 @@ class Cluster implements LocalCluster {
   /** Runs the operator's `cli init` against the first node. */
   async #init(first: NodeRecord, kubernetesVersion: string): Promise<void> {
     const log = `${this.paths.logs}/cli-init.log`;
-    const result = await this.#run([], [
+    const result = await this.#run("cli-init", [], [
       "run",
       "-P=cli",
       "--no-prompt",
@@ -977,7 +1019,7 @@ class Cluster implements LocalCluster {
       ...["--kubernetes-version", kubernetesVersion],
       ...["--cluster-name", "local", "--kubeconfig-out", this.paths.adminConf],
       ...["--logs-out", `${this.paths.logs}/init-node.log`, "--timeout", "60"],
-    ], log);
+    ], { log });
     if (result.code !== 0) {
       throw new Error(
         `cli init failed: ${result.stderrLines.at(-1) ?? `status ${result.code}`} (see ${log})`,
@@ -1019,13 +1061,39 @@ class Cluster implements LocalCluster {
     return process;
   }
 
-  /** Runs a process to its end, its output appended to `logPath`. */
-  async #run(prefix: readonly string[], args: string[], logPath: string): Promise<ProcessResult> {
-    const log = this.#logFile(logPath);
+  /**
+   * Runs `deno args` (after `prefix`) to its end, its output appended to
+   * `logPath` (and each line to `onLine`), tracked as `name` while it runs,
+   * killed after `timeoutMs` or stopped with the cluster. Rejects, starting
+   * nothing, once the cluster is stopping.
+   */
+  async #run(
+    name: string,
+    prefix: readonly string[],
+    args: string[],
+    options: { log: string; onLine?: (line: string) => void; timeoutMs?: number },
+  ): Promise<ProcessResult> {
+    if (this.#closed) throw new Error("the cluster was stopped");
+    const log = this.#logFile(options.log);
     const [cmd, ...rest] = [...prefix, DENO, ...args];
-    const result = await runToExit(cmd, rest, { cwd: REPO_ROOT, timeoutMs: this.#timeoutMs() });
-    for (const line of [...result.stdoutLines, ...result.stderrLines]) log(line);
-    return result;
+    const process = startProcess(cmd, rest, {
+      cwd: REPO_ROOT,
+      onLine: (line) => {
+        log(line);
+        options.onLine?.(line);
+      },
+    });
+    this.#oneShots.add(process);
+    this.#track(name, process.pid);
+    const timer = setTimeout(() => process.stop("SIGKILL"), options.timeoutMs ?? this.#timeoutMs());
+    try {
+      const { code } = await process.status;
+      return { code, stdoutLines: process.stdoutLines, stderrLines: process.stderrLines };
+    } finally {
+      clearTimeout(timer);
+      this.#oneShots.delete(process);
+      this.#untrack(process.pid);
+    }
   }
 
   #logFile(path: string): (line: string) => void {

@@ -153,8 +153,14 @@ export async function bootNodeTpm(node: NodeFiles, options: { tamperPcr4?: boole
     runLoadingTpmTool({ tcti: tpm.tcti }, "tpm2_pcrevent", [String(pcr)], {
       stdin: new TextEncoder().encode(event),
     });
-  for (const pcr of BOOT_PCRS) await measure(pcr, `boot component measured into PCR ${pcr}`);
-  if (options.tamperPcr4) await measure(4, "a kernel the cluster does not expect");
+  try {
+    for (const pcr of BOOT_PCRS) await measure(pcr, `boot component measured into PCR ${pcr}`);
+    if (options.tamperPcr4) await measure(4, "a kernel the cluster does not expect");
+  } catch (error) {
+    // Nobody else knows this swtpm yet: it must not outlive a boot that failed.
+    await tpm.stop();
+    throw error;
+  }
   return tpm;
 }
 

@@ -16,13 +16,17 @@
 const FIRST_PORT = 20_000;
 const LAST_PORT = 32_767;
 const ATTEMPTS = 100;
+/** Ports this process handed out already: two servers named before either starts must not share one. */
+const handedOut = new Set<number>();
 
-/** A TCP port free right now on 127.0.0.1, outside the ephemeral range. */
+/** A TCP port free right now on 127.0.0.1, outside the ephemeral range, never the same twice. */
 export function freePort(): number {
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     const port = FIRST_PORT + Math.floor(Math.random() * (LAST_PORT - FIRST_PORT + 1));
+    if (handedOut.has(port)) continue;
     try {
       Deno.listen({ hostname: "127.0.0.1", port }).close();
+      handedOut.add(port);
       return port;
     } catch (error) {
       if (!(error instanceof Deno.errors.AddrInUse)) throw error;

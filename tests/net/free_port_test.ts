@@ -6,9 +6,12 @@
 import assert from "node:assert/strict";
 import { freePort } from "../../src/net/free_port.ts";
 
-Deno.test("freePort gives ports below the ephemeral range that a server can then bind", () => {
-  for (let i = 0; i < 20; i++) {
+Deno.test("freePort gives distinct ports below the ephemeral range that a server can then bind", () => {
+  const ports = new Set<number>();
+  for (let i = 0; i < 200; i++) {
     const port = freePort();
+    assert.ok(!ports.has(port), `port ${port} handed out twice`);
+    ports.add(port);
     assert.ok(port >= 20_000 && port < 32_768, `port ${port}`);
     Deno.listen({ hostname: "127.0.0.1", port }).close();
   }
