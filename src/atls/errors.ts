@@ -24,6 +24,7 @@ import {
 export type ExchangeFailure =
   | "nonce-malformed" // wrong length or version: not a nonce of this protocol
   | "nonce-bad-mac" // the MAC does not verify: not issued under this verifier's nonce key
+  | "nonce-other-replica" // issued by another replica, or by this one before it restarted
   | "nonce-expired" // past its expiry
   | "nonce-not-yet-valid" // its expiry lies further ahead than any nonce this verifier issues
   | "nonce-replayed" // already consumed by this replica
@@ -72,6 +73,7 @@ export class ExchangeError extends Error {
 const codes: Record<ExchangeErrorReason, Code> = {
   "nonce-malformed": Code.InvalidArgument,
   "nonce-bad-mac": Code.PermissionDenied,
+  "nonce-other-replica": Code.PermissionDenied,
   "nonce-expired": Code.PermissionDenied,
   "nonce-not-yet-valid": Code.PermissionDenied,
   "nonce-replayed": Code.PermissionDenied,

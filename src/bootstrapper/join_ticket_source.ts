@@ -113,6 +113,7 @@ const FRESH_CHALLENGE_HELPS = new Set([
   "nonce-replayed",
   "nonce-not-yet-valid",
   "nonce-bad-mac",
+  "nonce-other-replica",
 ]);
 
 /** Requests tickets from join services at "host:port" endpoints over HTTPS. */

@@ -196,7 +196,7 @@ Deno.test("garbage in the attested request is rejected for the right reason", as
     { mutate: (a) => a.nonce = new Uint8Array(10), code: Code.InvalidArgument, reason: "nonce-malformed" },
     { mutate: (a) => a.nonce = new Uint8Array(4096), code: Code.InvalidArgument, reason: "nonce-malformed" },
     {
-      mutate: (a) => a.nonce = Uint8Array.of(1, ...crypto.getRandomValues(new Uint8Array(72))),
+      mutate: (a) => a.nonce = Uint8Array.of(2, ...crypto.getRandomValues(new Uint8Array(88))),
       code: Code.PermissionDenied,
       reason: "nonce-bad-mac",
     },
@@ -229,6 +229,16 @@ Deno.test("garbage in the attested request is rejected for the right reason", as
   assert.equal(fixture.verified.length, 0);
 });
 
+Deno.test("a challenge from one replica is refused by another of the same cluster (same nonce key)", async () => {
+  await using issuing = await startJoinFixture(validator);
+  await using other = await startJoinFixture(validator);
+  const { request } = await attestedRejoinRequest({ issuer, fixture: issuing, diskUuid: DISK });
+  await rejectsWith(other.client.issueRejoinTicket(request), Code.PermissionDenied, "nonce-other-replica");
+  assert.deepEqual(other.verified, []);
+  await issuing.client.issueRejoinTicket(request);
+  assert.equal(issuing.verified.length, 1, "the replica that issued the challenge accepts it");
+});
+
 Deno.test("a nonce from another verifier is rejected", async () => {
   await using fixture = await startJoinFixture(validator);
   const foreign = new ChallengeNonces({
@@ -244,5 +254,5 @@ Deno.test("a challenge expires at the advertised time", async () => {
   await using fixture = await startJoinFixture(validator);
   const challenge = await fixture.client.getChallenge({});
   assert.equal(challenge.expiresAtUnixMs, BigInt(fixture.clock.time + DEFAULT_NONCE_LIFETIME_MS));
-  assert.equal(challenge.nonce.length, 73);
+  assert.equal(challenge.nonce.length, 89);
 });

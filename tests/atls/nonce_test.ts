@@ -10,16 +10,25 @@ import { ManualClock } from "../support/manual_clock.ts";
 
 const START = Date.UTC(2026, 0, 1);
 const key = Uint8Array.from({ length: 32 }, (_, i) => i);
+/** The replica of most tests: instances with this ID stand for one replica whose clock moves. */
+const replicaId = new Uint8Array(16).fill(0x22);
 const fromHex = (s: string) => Uint8Array.from(s.match(/../g)!, (b) => parseInt(b, 16));
 
 function nonces(
-  options: { clock?: ManualClock; maxTracked?: number; key?: Uint8Array; maxClockSkewMs?: number } = {},
+  options: {
+    clock?: ManualClock;
+    maxTracked?: number;
+    key?: Uint8Array;
+    maxClockSkewMs?: number;
+    replicaId?: Uint8Array | "random";
+  } = {},
 ) {
   const clock = options.clock ?? new ManualClock(START);
   return {
     clock,
     nonces: new ChallengeNonces({
       key: options.key ?? key,
+      replicaId: options.replicaId === "random" ? undefined : options.replicaId ?? replicaId,
       clock,
       maxTracked: options.maxTracked,
       maxClockSkewMs: options.maxClockSkewMs,
@@ -41,14 +50,16 @@ Deno.test("an issued nonce has the documented layout and is accepted once", asyn
   const { nonce, expiresAt } = await n.issue();
   assert.equal(nonce.length, NONCE_LENGTH);
   assert.equal(expiresAt, START + DEFAULT_NONCE_LIFETIME_MS);
+  assert.equal(nonce.length, 89);
   const view = new DataView(nonce.buffer);
-  assert.equal(view.getUint8(0), 1);
+  assert.equal(view.getUint8(0), 2);
   assert.equal(Number(view.getBigUint64(1)), expiresAt);
+  assert.equal(nonce.subarray(9, 25).toHex(), replicaId.toHex());
   const hmacKey = await crypto.subtle.importKey("raw", key, { name: "HMAC", hash: "SHA-256" }, false, [
     "sign",
   ]);
-  const tag = new Uint8Array(await crypto.subtle.sign("HMAC", hmacKey, nonce.slice(0, 41)));
-  assert.equal(nonce.subarray(41).toHex(), tag.toHex());
+  const tag = new Uint8Array(await crypto.subtle.sign("HMAC", hmacKey, nonce.slice(0, 57)));
+  assert.equal(nonce.subarray(57).toHex(), tag.toHex());
 
   await n.consume(nonce);
   assert.equal(n.trackedCount, 1);
@@ -62,9 +73,10 @@ Deno.test("issued nonces differ", async () => {
 });
 
 Deno.test("the documented nonce vector is accepted under its key until it expires", async () => {
+  // Computed with Python's hmac and hashlib (docs/attested-exchange.md §3.1).
   const vector = fromHex(
-    "01" + "0000019b76daa800" + "11".repeat(32) +
-      "f973262e1bf49ef0b5a19d7930cb062b1717174b4a11d1feffbdf5ef961281bf",
+    "02" + "0000019b76daa800" + "22".repeat(16) + "11".repeat(32) +
+      "073983075532f1845005154e2417dbe26e4a9b2568481cf32c59436e6d1d76fe",
   );
   const expiry = Date.UTC(2026, 0, 1);
   await nonces({ clock: new ManualClock(expiry - 1) }).nonces.consume(vector);
@@ -104,6 +116,27 @@ Deno.test("a nonce from another key is rejected as bad MAC", async () => {
   await rejectsWith(nonces().nonces.consume(nonce), "nonce-bad-mac");
 });
 
+Deno.test("a nonce of another replica of the cluster is refused as such, and so is one from before a restart", async () => {
+  const other = nonces({ replicaId: new Uint8Array(16).fill(0x33) }).nonces;
+  await rejectsWith(
+    nonces().nonces.consume((await other.issue()).nonce),
+    "nonce-other-replica",
+    /another replica/,
+  );
+  const beforeRestart = nonces({ replicaId: "random" }).nonces;
+  const { nonce } = await beforeRestart.issue();
+  await rejectsWith(nonces({ replicaId: "random" }).nonces.consume(nonce), "nonce-other-replica");
+  await beforeRestart.consume(nonce);
+});
+
+Deno.test("a nonce whose replica ID was altered is rejected as bad MAC", async () => {
+  const { nonces: n } = nonces();
+  const { nonce } = await n.issue();
+  const moved = new Uint8Array(nonce);
+  moved[9] ^= 0x01;
+  await rejectsWith(n.consume(moved), "nonce-bad-mac");
+});
+
 Deno.test("a nonce whose expiry was altered is rejected as bad MAC", async () => {
   const { nonces: n } = nonces();
   const { nonce } = await n.issue();
@@ -115,16 +148,17 @@ Deno.test("a nonce whose expiry was altered is rejected as bad MAC", async () =>
 Deno.test("malformed nonces are rejected before the MAC is checked", async () => {
   const { nonces: n } = nonces();
   const { nonce } = await n.issue();
-  await rejectsWith(n.consume(nonce.subarray(0, 72)), "nonce-malformed", /must be 73 bytes, got 72/);
+  await rejectsWith(n.consume(nonce.subarray(0, 88)), "nonce-malformed", /must be 89 bytes, got 88/);
   await rejectsWith(n.consume(new Uint8Array(0)), "nonce-malformed", /got 0/);
-  await rejectsWith(n.consume(new Uint8Array([...nonce, 0])), "nonce-malformed", /got 74/);
+  await rejectsWith(n.consume(new Uint8Array([...nonce, 0])), "nonce-malformed", /got 90/);
   const wrongVersion = new Uint8Array(nonce);
-  wrongVersion[0] = 2;
-  await rejectsWith(n.consume(wrongVersion), "nonce-malformed", /unsupported nonce version 2/);
+  wrongVersion[0] = 1;
+  await rejectsWith(n.consume(wrongVersion), "nonce-malformed", /unsupported nonce version 1/);
 });
 
 Deno.test("a nonce expiring beyond this verifier's lifetime plus skew is not yet valid", async () => {
-  const ahead = new ManualClock(START + 5 * 60 * 1000); // a replica whose clock runs 5 minutes ahead
+  // Issued before this replica's clock was stepped back by 5 minutes.
+  const ahead = new ManualClock(START + 5 * 60 * 1000);
   const { nonce } = await nonces({ clock: ahead }).nonces.issue();
   await rejectsWith(nonces().nonces.consume(nonce), "nonce-not-yet-valid");
   const slightlyAhead = new ManualClock(START + 10_000);
@@ -190,5 +224,9 @@ Deno.test("options are validated", () => {
   assert.throws(
     () => new ChallengeNonces({ key, clock, maxTracked: -1 }),
     /maxTracked must be a positive integer/,
+  );
+  assert.throws(
+    () => new ChallengeNonces({ key, clock, replicaId: new Uint8Array(15) }),
+    /replica ID must be 16 bytes, got 15/,
   );
 });

@@ -26,7 +26,7 @@
  */
 import process from "node:process";
 import { generateKeyPair, seal } from "../../src/atls/hpke.ts";
-import { ChallengeNonces } from "../../src/atls/nonce.ts";
+import { ChallengeNonces, NONCE_LENGTH } from "../../src/atls/nonce.ts";
 import { computeReportData, joinRequestDigest } from "../../src/atls/reportdata.ts";
 import { systemClock } from "../../src/clock.ts";
 
@@ -101,7 +101,7 @@ async function cryptoFloor(): Promise<CryptoFloor> {
   const nonces = new ChallengeNonces({ key: new Uint8Array(32), clock: systemClock, maxTracked: 1_000_000 });
   const recipient = await generateKeyPair();
   const ticket = crypto.getRandomValues(new Uint8Array(3 * 1024));
-  const nonceBytes = crypto.getRandomValues(new Uint8Array(73));
+  const nonceBytes = crypto.getRandomValues(new Uint8Array(NONCE_LENGTH));
   const fields = {
     diskUuid: crypto.randomUUID(),
     certificateRequest: csr,

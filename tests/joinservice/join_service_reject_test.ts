@@ -303,7 +303,7 @@ Deno.test("the join service process rejects malformed and malicious requests wit
         const garbage = (i: number) => {
           const fields = { diskUuid: crypto.randomUUID(), certificateRequest: new Uint8Array([0x30, 0x00]) };
           const forgedNonce = {
-            nonce: Uint8Array.of(1, ...crypto.getRandomValues(new Uint8Array(72))),
+            nonce: Uint8Array.of(2, ...crypto.getRandomValues(new Uint8Array(88))),
             publicKey: new Uint8Array(32),
             evidence: { variant: "qemu-vtpm", document: new Uint8Array(64) },
           };

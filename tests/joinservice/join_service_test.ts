@@ -271,7 +271,7 @@ Deno.test("the join service process issues complete tickets and accounts for eve
   });
 
   await t.step(
-    "replicas share the nonce key: a challenge from one is accepted by another, once",
+    "a challenge is good at the replica that issued it only: another replica (same nonce key) refuses it, the issuer accepts it once",
     async () => {
       const replica = await cluster.startJoinService();
       try {
@@ -279,17 +279,26 @@ Deno.test("the join service process issues complete tickets and accounts for eve
           diskUuid: crypto.randomUUID(),
           nodeName: "worker-r",
         });
-        const response = await replica.client.issueJoinTicket(prepared.request);
+        const requests = cluster.apiServer.requests.length;
+        await expectConnectError(
+          replica.client.issueJoinTicket(prepared.request),
+          Code.PermissionDenied,
+          /nonce-other-replica/,
+        );
+        assert.deepEqual(cluster.apiServer.requests.slice(requests), [], "the other replica wrote nothing");
+        const response = await cluster.joinService.client.issueJoinTicket(prepared.request);
+        decisions.issued++;
         const opened = await cluster.openJoinTicket(response, prepared.bundle);
         assert.deepEqual(
           opened.stateDiskKey,
           (await cluster.expectedKeys(prepared.request.diskUuid)).stateDiskKey,
         );
         await expectConnectError(
-          replica.client.issueJoinTicket(prepared.request),
+          cluster.joinService.client.issueJoinTicket(prepared.request),
           Code.PermissionDenied,
           /nonce-replayed/,
         );
+        decisions.rejected++;
       } finally {
         assert.equal((await replica.stop()).code, 0);
       }
@@ -375,10 +384,11 @@ Deno.test("the join service process issues complete tickets and accounts for eve
     const worker = issued.find((e) => e.nodeName === "worker-1");
     assert.equal(worker?.role, "worker");
     assert.equal(issued.find((e) => e.nodeName === "control-plane-2")?.role, "control-plane");
-    const [rejected] = audit.filter((entry) => entry.outcome === "rejected");
-    assert.equal(rejected.reason, "malformed-request");
-    assert.equal(rejected.diskUuid, "not-a-uuid");
-    assert.equal(rejected.code, "InvalidArgument");
+    const rejected = audit.filter((entry) => entry.outcome === "rejected");
+    assert.deepEqual(rejected.map((entry) => entry.reason), ["nonce-replayed", "malformed-request"]);
+    assert.equal(rejected[1].diskUuid, "not-a-uuid");
+    assert.equal(rejected[1].code, "InvalidArgument");
+    assert.equal(rejected[0].code, "PermissionDenied");
   });
 
   await t.step("no secret in the join service's log", async () => {
