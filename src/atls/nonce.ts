@@ -35,6 +35,9 @@ const REPLICA_ID_OFFSET = 1 + 8;
 const RANDOM_OFFSET = REPLICA_ID_OFFSET + NONCE_REPLICA_ID_LENGTH;
 /** Length of the MAC'd body: version, expiry, replica ID, random part. */
 const BODY_LENGTH = RANDOM_OFFSET + NONCE_RANDOM_LENGTH;
+/** Version 1, whose nonces (73 bytes, no replica ID) every replica accepted: a replica of an older version made it. */
+const LEGACY_NONCE_VERSION = 1;
+const LEGACY_NONCE_LENGTH = 73;
 /** Length of a whole nonce (89 bytes). */
 export const NONCE_LENGTH: number = BODY_LENGTH + NONCE_TAG_LENGTH;
 /** Length of the nonce MAC key. */
@@ -154,6 +157,12 @@ export class ChallengeNonces {
    * `nonce-capacity`.
    */
   async consume(nonce: Uint8Array): Promise<void> {
+    if (nonce.length === LEGACY_NONCE_LENGTH && nonce[0] === LEGACY_NONCE_VERSION) {
+      throw new ExchangeError(
+        "nonce-other-replica",
+        "nonce of the earlier format, issued by a replica of an older version (an upgrade?); get a new challenge",
+      );
+    }
     if (nonce.length !== NONCE_LENGTH) {
       throw new ExchangeError("nonce-malformed", `nonce must be ${NONCE_LENGTH} bytes, got ${nonce.length}`);
     }
@@ -187,7 +196,7 @@ export class ChallengeNonces {
     if (expiresAt > now + this.#lifetimeMs + this.#maxClockSkewMs) {
       throw new ExchangeError(
         "nonce-not-yet-valid",
-        "nonce expires later than any nonce this verifier issues (replica clocks out of sync?)",
+        "nonce expires later than any nonce this verifier issues (was this replica's clock stepped back?)",
       );
     }
     if (now >= this.#nextPruneAt || this.#consumed.size >= this.#maxTracked) this.#prune(now);

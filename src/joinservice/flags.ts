@@ -115,8 +115,8 @@ Flags:
                                    tickets per second overall (default 200, burst 400)
   --verify-concurrency <n>         attestation verifications at once (default 16)
   --verify-queue <n>               verifications waiting at most (default 512)
-  --nonce-lifetime <seconds>       how long a challenge stays valid (default 120); use one value on
-                                   every replica: replicas accept each other's challenges
+  --nonce-lifetime <seconds>       how long a challenge stays valid (default 120); only at the
+                                   replica that issued it, and only until it restarts
   --bootstrap-token-ttl <seconds>  how long a ticket's kubeadm bootstrap token is valid (default 900,
                                    the original's 15 minutes; 10 to 86400): a token whose ticket was
                                    lost lives this long at most

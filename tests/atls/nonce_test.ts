@@ -154,6 +154,14 @@ Deno.test("malformed nonces are rejected before the MAC is checked", async () =>
   const wrongVersion = new Uint8Array(nonce);
   wrongVersion[0] = 1;
   await rejectsWith(n.consume(wrongVersion), "nonce-malformed", /unsupported nonce version 1/);
+  const lengthOfVersion1 = Uint8Array.of(3, ...nonce.subarray(1, 73));
+  await rejectsWith(n.consume(lengthOfVersion1), "nonce-malformed", /must be 89 bytes, got 73/);
+});
+
+Deno.test("a nonce of the earlier format (version 1, an older replica's) asks for a new challenge", async () => {
+  const { nonces: n } = nonces();
+  const version1 = Uint8Array.of(1, ...crypto.getRandomValues(new Uint8Array(72)));
+  await rejectsWith(n.consume(version1), "nonce-other-replica", /earlier format/);
 });
 
 Deno.test("a nonce expiring beyond this verifier's lifetime plus skew is not yet valid", async () => {

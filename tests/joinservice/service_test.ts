@@ -4,6 +4,7 @@
  * writes the API server sees), then the properties no single row shows:
  * audit entries, budgets under a flood of garbage, the verifier pool, logs.
  */
+import { NONCE_LENGTH } from "../../src/atls/nonce.ts";
 import assert from "node:assert/strict";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
@@ -377,7 +378,7 @@ Deno.test("rejoin tickets: the two keys and nothing else", async (t) => {
     const request = create(IssueRejoinTicketRequestSchema, {
       diskUuid,
       attestation: {
-        nonce: new Uint8Array(73),
+        nonce: new Uint8Array(NONCE_LENGTH),
         publicKey: new Uint8Array(32),
         evidence: { variant: "qemu-vtpm" },
       },
@@ -611,7 +612,7 @@ Deno.test("a challenge outage is logged once, and its end once", async () => {
     challenge: () =>
       down
         ? failing("key-service-unavailable")()
-        : Promise.resolve({ nonce: new Uint8Array(73), expiresAt: 1 }),
+        : Promise.resolve({ nonce: new Uint8Array(NONCE_LENGTH), expiresAt: 1 }),
   };
   const service = new JoinService(world.deps);
   for (let i = 0; i < 5; i++) await expectConnectError(service.getChallenge({}), Code.Unavailable);

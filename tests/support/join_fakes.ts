@@ -12,6 +12,7 @@
  *
  * @module
  */
+import { NONCE_LENGTH } from "../../src/atls/nonce.ts";
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { createContextValues, createHandlerContext, type HandlerContext } from "@connectrpc/connect";
 import type { AkTrust, Validator, Verification } from "../../src/attestation/attestation.ts";
@@ -227,7 +228,7 @@ function fakeExchange(options: {
         : Promise.resolve(create(SealedSchema, { ciphertext: plaintext })),
   };
   return {
-    challenge: () => Promise.resolve({ nonce: new Uint8Array(73), expiresAt: 0 }),
+    challenge: () => Promise.resolve({ nonce: new Uint8Array(NONCE_LENGTH), expiresAt: 0 }),
     precheck: ({ attestation }) => {
       calls.precheck++;
       if (precheckFails) return Promise.reject(exchangeRejection(new ExchangeError(precheckFails, "fake")));
@@ -259,7 +260,7 @@ export function fakeJoinRequest(
     diskUuid: DISK_UUID,
     certificateRequest: new TextEncoder().encode(nodeName),
     attestation: {
-      nonce: new Uint8Array(73),
+      nonce: new Uint8Array(NONCE_LENGTH),
       publicKey: new Uint8Array(32),
       evidence: { variant: "qemu-vtpm" },
     },
