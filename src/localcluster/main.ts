@@ -58,13 +58,18 @@ async function up(command: Extract<ClusterCommand, { command: "up" }>, stateDir:
         `a cluster runs in ${stateDir} (cluster up is PID ${previous.supervisorPid}): cluster down first`,
       );
     }
+    await lockStateDir(stateDir);
     await stopCluster(previous); // leftovers of a crashed run
-    await Deno.remove(stateDir, { recursive: true });
+    for await (const entry of Deno.readDir(stateDir)) {
+      if (entry.name !== LOCK_FILE) await Deno.remove(`${stateDir}/${entry.name}`, { recursive: true });
+    }
     print(`Removed the previous (stopped) cluster's state in ${stateDir}.\n`);
   } else if (await isNonEmptyDirectory(stateDir)) {
     throw new Error(
       `${stateDir} is not empty and holds no cluster (${STATUS_FILE}): choose another --state-dir`,
     );
+  } else {
+    await lockStateDir(stateDir);
   }
 
   print(
@@ -96,6 +101,7 @@ async function recover(
       `the cluster in ${stateDir} runs (cluster up is PID ${previous.supervisorPid}): nothing to recover`,
     );
   }
+  await lockStateDir(stateDir);
   await stopCluster(previous); // leftovers of a crashed run, and its network
   const recoverable = new Set((await recoverableNodes(stateDir)).map((node) => node.name));
   const left = previous.nodes.filter((node) => !recoverable.has(node.name)).map((node) => node.name);
@@ -183,9 +189,35 @@ async function down(stateDir: string): Promise<number> {
   return 0;
 }
 
+/** The lock `up` and `recover` hold in the state directory while they run (released when they exit). */
+const LOCK_FILE = ".lock";
+/** How long a second `up` or `recover` waits for the lock before it gives up. */
+const LOCK_WAIT_MS = 200;
+/** The locks' files, open (so held) while this process runs. */
+const heldLocks: Deno.FsFile[] = [];
+
+/**
+ * Takes the state directory's lock (creating the directory), held until this
+ * process exits: two `up` or `recover` commands at once would reboot the same
+ * nodes and overwrite each other's status. Throws when another holds it.
+ */
+async function lockStateDir(stateDir: string): Promise<void> {
+  await Deno.mkdir(stateDir, { recursive: true });
+  const file = await Deno.open(`${stateDir}/${LOCK_FILE}`, { create: true, write: true });
+  const locked = await Promise.race([
+    file.lock(true).then(() => true),
+    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), LOCK_WAIT_MS)),
+  ]);
+  if (!locked) {
+    throw new Error(`another cluster up or recover is working on ${stateDir}: wait for it, or cluster down`);
+  }
+  heldLocks.push(file);
+}
+
+/** Whether `path` holds anything besides the lock. */
 async function isNonEmptyDirectory(path: string): Promise<boolean> {
   try {
-    for await (const _ of Deno.readDir(path)) return true;
+    for await (const entry of Deno.readDir(path)) if (entry.name !== LOCK_FILE) return true;
     return false;
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return false;
