@@ -219,6 +219,15 @@ export const DEFAULT_CLUSTER_NAME = "constellation";
  * --init-timeout (30 min), so the CLI receives the failure and the node's logs.
  */
 export const DEFAULT_INIT_TIMEOUT_MS = 25 * 60_000;
+/**
+ * How long the init server lets one call run (its RPC layer's request
+ * timeout): the Init's work past the lock ({@linkcode DEFAULT_INIT_TIMEOUT_MS}),
+ * the steps before it, and the answer (the kubeconfig, or the failure with the
+ * node's logs). The RPC layer's default, 30 s, would cut off every real
+ * `kubeadm init`: the cluster would come up, and its kubeconfig never reach the
+ * operator. Still less than the CLI's default --init-timeout (30 min).
+ */
+export const INIT_CALL_TIMEOUT_MS: number = DEFAULT_INIT_TIMEOUT_MS + 2 * 60_000;
 
 /** Options for {@linkcode InitServer}. */
 export interface InitServerOptions {
@@ -239,6 +248,7 @@ export type InitServerReason =
   | "init-secret-hash-unavailable" // the metadata's hash could not be read
   | "invalid-parameters" // a URI, the salt, the attestation config, the components, the client key
   | "init-running" // another Init is running on this node
+  | "shutting-down" // the bootstrapper is stopping: no Init takes the lock any more
   | "already-activated" // a join took the node lock
   | "already-initialized" // an earlier Init succeeded
   | "failed-after-lock" // an earlier Init failed past the lock: terminal for this boot
@@ -257,6 +267,7 @@ const codes: Record<InitServerReason | CommonReason, Code> = {
   "init-secret-hash-unavailable": Code.Unavailable,
   "invalid-parameters": Code.InvalidArgument,
   "init-running": Code.FailedPrecondition,
+  "shutting-down": Code.Unavailable,
   "already-activated": Code.FailedPrecondition,
   "already-initialized": Code.FailedPrecondition,
   "failed-after-lock": Code.FailedPrecondition,
@@ -309,6 +320,8 @@ export class InitServer {
   /** How the Init past the lock ended, until its answer is sent and {@linkcode outcome} settles. */
   #settled: InitOutcome | undefined;
   #phase: InitPhase = "idle";
+  /** Set once the server began stopping ({@linkcode InitServer.stopAccepting}). */
+  #stopping = false;
   /** Why the phase is terminal ("failed"), for later refusals. */
   #failure = "";
   #hash: string | undefined;
@@ -337,6 +350,15 @@ export class InitServer {
    */
   get outcome(): Promise<InitOutcome> {
     return this.#outcome.promise;
+  }
+
+  /**
+   * Refuses every Init not yet past the lock from now on (`shutting-down`):
+   * the server is stopping, and an Init that took the lock now would be cut
+   * short, leaving a node bound but not set up. Idempotent.
+   */
+  stopAccepting(): void {
+    this.#stopping = true;
   }
 
   /** Aborts work past the lock (the server is stopping). Idempotent. */
@@ -663,6 +685,9 @@ export class InitServer {
    * longer happen.
    */
   async #lock(clusterId: Uint8Array): Promise<boolean> {
+    if (this.#stopping) {
+      throw rejectInit("shutting-down", "the node's bootstrapper is stopping; retry once it is back");
+    }
     let won: boolean;
     try {
       won = await this.#deps.lock.tryLock(clusterId, { signal: this.#lifetime.signal });

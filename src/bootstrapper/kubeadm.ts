@@ -114,6 +114,9 @@ const BOOTSTRAP_TOKEN_SHAPE = /\b[a-z0-9]{6}\.[a-z0-9]{16}\b/g;
 
 const MAX_ERROR_OUTPUT_CHARS = 64 * 1024;
 
+/** A configuration file of {@linkcode Kubeadm}'s, or writeFileAtomic's temporary of one. */
+const LEFTOVER_CONFIG = /^\.?kubeadm-(init|join)\.[0-9a-f]{16}\.yaml(\.[0-9a-f]{16}\.tmp)?$/;
+
 /** Runs kubeadm init and join. */
 export class Kubeadm {
   readonly #options: KubeadmOptions;
@@ -121,6 +124,25 @@ export class Kubeadm {
   /** A runner for `options.binary`; nothing runs until a call. */
   constructor(options: KubeadmOptions) {
     this.#options = options;
+  }
+
+  /**
+   * Removes the configuration files (and their half-written temporaries) an
+   * earlier run left in `tmpDir` when it was killed mid-kubeadm: a join's
+   * holds its bootstrap token. Resolves to how many were removed; a missing
+   * `tmpDir` has none.
+   */
+  async removeLeftovers(): Promise<number> {
+    let removed = 0;
+    try {
+      for await (const entry of Deno.readDir(this.#options.tmpDir)) {
+        if (!entry.isFile || !LEFTOVER_CONFIG.test(entry.name)) continue;
+        if (await removeIfExists(join(this.#options.tmpDir, entry.name))) removed++;
+      }
+    } catch (error) {
+      if (!(error instanceof Deno.errors.NotFound)) throw error;
+    }
+    return removed;
   }
 
   /**

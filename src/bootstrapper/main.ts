@@ -45,7 +45,7 @@ import { KubeadmClusterInitializer } from "./cluster_init.ts";
 import { ComponentInstaller } from "./components.ts";
 import { FileClusterMarker, filePcr15Path } from "./file_marker.ts";
 import { BOOTSTRAPPER_USAGE, type BootstrapperFlags, parseBootstrapperFlags } from "./flags.ts";
-import { InitServer } from "./initserver.ts";
+import { INIT_CALL_TIMEOUT_MS, InitServer } from "./initserver.ts";
 import { JoinClient } from "./joinclient.ts";
 import { AttestedTicketSource } from "./join_ticket_source.ts";
 import { Kubeadm } from "./kubeadm.ts";
@@ -174,6 +174,15 @@ async function prepare(
     tmpDir: paths.tmpDir,
     kubernetesDir: paths.kubernetesDir,
   });
+  const leftovers = await kubeadm.removeLeftovers();
+  if (leftovers > 0) {
+    logger.warn(
+      "removed kubeadm configuration files an earlier run left (killed mid-kubeadm; a join's held its token)",
+      {
+        count: leftovers,
+      },
+    );
+  }
   const systemctl = flags.systemctl === "none" ? undefined : new Systemctl({ binary: flags.systemctl });
   const units = {
     start: async (unit: string, o?: { signal?: AbortSignal }) => {
@@ -214,6 +223,7 @@ async function prepare(
         hostname: flags.listenAddress,
         port: flags.port,
         tls,
+        limits: { requestTimeoutMs: INIT_CALL_TIMEOUT_MS },
         routes: (router) => router.service(API, initServer.handlers()),
       });
       // The browser port serves GetAttestation and nothing else: never Init.
@@ -231,6 +241,7 @@ async function prepare(
       logger.info("listening", {
         address: flags.listenAddress,
         port: server.address.port,
+        callTimeoutSeconds: INIT_CALL_TIMEOUT_MS / 1000,
         ...(browser && {
           browserAddress: flags.browser!.address,
           browserPort: browser.address.port,
@@ -243,6 +254,7 @@ async function prepare(
         ),
         // Calls in flight finish first (the Init that won sends its answer), then work left is cancelled.
         stop: async () => {
+          initServer.stopAccepting();
           await browser?.shutdown(SHUTDOWN_GRACE_MS);
           await server.shutdown(SHUTDOWN_GRACE_MS);
           initServer.close();

@@ -127,6 +127,14 @@ export async function runBootstrapper(deps: RunDependencies, options: SignalOpti
       logger.info("stopping before the node lock was taken");
       stopJoinClient.abort(new Error("bootstrapper stopping"));
       await Promise.all([server.stop(), joining]);
+      // A side that took the lock while stopping had its work cut short: the node is bound, not set up.
+      if (winner) {
+        return fail(
+          logger,
+          { ok: false, error: new Error("stopped right after it") },
+          `the ${winner} side took the node lock while the bootstrapper stopped`,
+        );
+      }
       return 0;
     }
     if (typeof first === "object") {

@@ -10,6 +10,7 @@ export type KmsFailure =
   | "invalid-length" // a derived key length outside 1..8160 bytes
   | "missing-master-key" // an empty master secret
   | "missing-salt" // an empty salt
+  | "short-master-secret" // a master secret or salt shorter than the key service accepts
   | "invalid-uri" // a KMS or storage URI that cannot be parsed
   | "unknown-backend" // a KMS or storage type this library does not know
   | "unsupported-backend"; // a known cloud backend the port does not implement

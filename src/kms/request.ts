@@ -7,6 +7,7 @@
  */
 import { ClusterKms } from "./cluster_kms.ts";
 import { KmsError } from "./errors.ts";
+import { MASTER_SALT_MIN_LENGTH, MASTER_SECRET_MIN_LENGTH } from "./keys.ts";
 import { type MasterSecret, parseKmsUri, parseStorageUri } from "./uri.ts";
 
 /** A request's master secret and the KMS over it. */
@@ -19,7 +20,9 @@ export interface RequestKms {
 
 /**
  * Checks `storageUri` (empty or `storage://no-store`) and `kmsUri` (a
- * cluster KMS with a non-empty secret and salt) and returns the KMS.
+ * cluster KMS whose secret and salt are as long as the key service needs:
+ * a cluster initialized with shorter ones would have no key service, so no
+ * node could ever join it) and returns the KMS.
  *
  * @throws {KmsError} whose message starts with the parameter's name
  * (`kms_uri: …`); it never holds the URI's values.
@@ -36,6 +39,19 @@ export function requestKms(request: { kmsUri: string; storageUri: string }): Req
   if (request.storageUri !== "") named("storage_uri", () => void parseStorageUri(request.storageUri));
   return named("kms_uri", () => {
     const masterSecret = parseKmsUri(request.kmsUri);
+    for (
+      const [what, bytes, min] of [
+        ["master secret", masterSecret.key, MASTER_SECRET_MIN_LENGTH],
+        ["salt", masterSecret.salt, MASTER_SALT_MIN_LENGTH],
+      ] as const
+    ) {
+      if (bytes.length > 0 && bytes.length < min) {
+        throw new KmsError(
+          "short-master-secret",
+          `the ${what} is ${bytes.length} bytes, want at least ${min}`,
+        );
+      }
+    }
     return { masterSecret, kms: new ClusterKms(masterSecret.key, masterSecret.salt) };
   }) as RequestKms;
 }

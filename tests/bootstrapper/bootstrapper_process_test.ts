@@ -7,6 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { initCluster } from "../../src/init/client.ts";
+import { DEFAULT_INIT_TIMEOUT_MS, INIT_CALL_TIMEOUT_MS } from "../../src/bootstrapper/initserver.ts";
+import { INIT_DEFAULTS } from "../../src/cli/flags.ts";
 import { NodeExchangeError } from "../../src/init/node_exchange.ts";
 import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../../src/kms/keys.ts";
 import { injectFailures } from "../../src/kubeadmsim/inject.ts";
@@ -75,6 +77,21 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       baseUrl: `https://127.0.0.1:${cpProcess.port}`,
       skipServerVerification: true,
     });
+
+    await t.step(
+      "the init server lets an Init run past the RPC layer's 30 s: kubeadm init takes minutes",
+      async () => {
+        const line = await cpProcess.waitForLine(/"msg":"listening"/);
+        const { callTimeoutSeconds } = JSON.parse(line);
+        // The node's own deadline for the work past the lock, plus time to answer; below the CLI's default wait.
+        assert.equal(callTimeoutSeconds * 1000, INIT_CALL_TIMEOUT_MS);
+        assert.ok(
+          INIT_CALL_TIMEOUT_MS > DEFAULT_INIT_TIMEOUT_MS,
+          "the deadline's failure still reaches the CLI",
+        );
+        assert.ok(INIT_CALL_TIMEOUT_MS < INIT_DEFAULTS.initTimeoutSeconds * 1000, "the CLI waits longer");
+      },
+    );
 
     await t.step("a wrong init secret is refused; no lock is taken and the node keeps serving", async () => {
       await assert.rejects(

@@ -255,6 +255,50 @@ Deno.test("init server", async (t) => {
     }
   });
 
+  await t.step(
+    "a master secret or salt shorter than the key service accepts: refused before the lock, not echoed",
+    async () => {
+      const key16 = new Uint8Array(16).fill(7).toBase64({ alphabet: "base64url" });
+      const salt32 = new Uint8Array(32).fill(8).toBase64({ alphabet: "base64url" });
+      for (
+        const [uri, message] of [
+          [
+            `kms://cluster-kms?key=AQ==&salt=${salt32}`,
+            /^kms_uri: the master secret is 1 bytes, want at least 16$/,
+          ],
+          [`kms://cluster-kms?key=${key16}&salt=Ag==`, /^kms_uri: the salt is 1 bytes, want at least 32$/],
+        ] as const
+      ) {
+        const w = world();
+        const error = await refused(w, initParameters({ kmsUri: uri }));
+        assert.equal(error.code, Code.InvalidArgument);
+        assert.match(error.serverMessage!, message);
+        assert.deepEqual(w.calls, [], "no lock, no disk, no kubeadm");
+        assert.equal(w.server.phase, "idle");
+      }
+      // The shortest the key service accepts is enough.
+      const w = world();
+      const result = await run(
+        w,
+        initParameters({ kmsUri: `kms://cluster-kms?key=${key16}&salt=${salt32}` }),
+      );
+      assert.equal(decoder.decode(result.kubeconfig), FAKE_KUBECONFIG);
+    },
+  );
+
+  await t.step(
+    "an Init reaching the lock once the server began stopping: refused, nothing locked",
+    async () => {
+      const w = world();
+      w.server.stopAccepting();
+      const error = await refused(w);
+      assert.equal(error.code, Code.Unavailable);
+      assert.match(error.serverMessage!, /stopping; retry once it is back/);
+      assert.deepEqual(w.calls, [], "no lock, no disk, no kubeadm");
+      assert.equal(w.server.phase, "idle");
+    },
+  );
+
   await t.step("bad measurement salt length: refused before the lock", async () => {
     const w = world();
     const error = await refused(w, initParameters({ measurementSalt: new Uint8Array(16) }));

@@ -222,3 +222,22 @@ Deno.test("kubeadm: a binary that cannot run is a KubeadmError naming why, and l
     await Deno.remove(root, { recursive: true });
   }
 });
+
+Deno.test("the configuration files a killed run left are removed at the next start; nothing else", async () => {
+  await withKubeadm(async ({ tool, root, kubeadm }) => {
+    assert.equal(await kubeadm.removeLeftovers(), 0, "no tmp directory yet: nothing to remove");
+    await kubeadm.join(JOIN);
+    await kubeadm.init(INIT);
+    // The names the real runs used, as a killed run would have left them, and an atomic write's temporary.
+    const used = [
+      ...new Set((await tool.calls()).map((call) => call.argv[call.argv.indexOf("--config") + 1])),
+    ]
+      .map((path) => path.slice(path.lastIndexOf("/") + 1));
+    assert.equal(used.length, 2);
+    const leftovers = [...used, `.${used[0]}.0123456789abcdef.tmp`];
+    const others = ["component-0123456789abcdef.download", "kubeadm-join.yaml", "notes.txt"];
+    for (const name of [...leftovers, ...others]) await Deno.writeTextFile(`${root}/tmp/${name}`, "token");
+    assert.equal(await kubeadm.removeLeftovers(), leftovers.length);
+    assert.deepEqual((await tmpEntries(root)).sort(), others.sort());
+  });
+});

@@ -12,7 +12,8 @@ import {
 type Script =
   | "wait" // before the lock forever (until stopped)
   | "win" // takes the lock and succeeds
-  | "win-then-fail"; // takes the lock, then fails
+  | "win-then-fail" // takes the lock, then fails
+  | "lock-while-stopping"; // an Init in flight takes the lock while the server stops (its work is cut)
 
 interface World {
   deps: RunDependencies;
@@ -47,7 +48,7 @@ function world(
       events.push("init server listening");
       const finished = Promise.withResolvers<Outcome>();
       const script = options.init ?? "wait";
-      if (script !== "wait") {
+      if (script === "win" || script === "win-then-fail") {
         setTimeout(() => {
           events.push("init took the lock");
           hooks.onLocked();
@@ -62,6 +63,10 @@ function world(
       return Promise.resolve({
         finished: finished.promise,
         stop: () => {
+          if (script === "lock-while-stopping") {
+            events.push("init took the lock");
+            hooks.onLocked();
+          }
           events.push("init server stopped");
           return Promise.resolve();
         },
@@ -159,6 +164,19 @@ Deno.test("the bootstrapper's control flow", async (t) => {
       stopAfterMs: 10,
       wantExit: 0,
       wantEvents: ["init server listening", "join client stopped", "init server stopped"],
+    },
+    {
+      name: "stopped, and an Init in flight took the lock while the server stopped: exit 1, wipe named",
+      world: { init: "lock-while-stopping" },
+      stopAfterMs: 10,
+      wantExit: EXIT_FAILURE,
+      wantEvents: [
+        "init server listening",
+        "join client stopped",
+        "init took the lock",
+        "init server stopped",
+      ],
+      wantLastLog: /the init side took the node lock while the bootstrapper stopped: .*wipe the node/,
     },
   ];
   for (const row of rows) {
