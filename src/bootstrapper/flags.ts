@@ -17,6 +17,7 @@ import {
   parseLogLevelFlag,
   parsePort,
   parsePositive,
+  parseSeconds,
   UsageError,
 } from "../flags/flags.ts";
 import {
@@ -229,6 +230,4 @@ function pbkdf(value: string): NonNullable<BootstrapperFlags["stateDiskPbkdf"]> 
     : { type, forceIterations: parsePositive(match[2], "--state-disk-pbkdf") };
 }
 
-function seconds(value: string, flag: string): number {
-  return Math.round(parsePositive(value, flag) * 1000);
-}
+const seconds = parseSeconds;

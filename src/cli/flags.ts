@@ -6,7 +6,7 @@
  * @module
  */
 import { resolve } from "node:path";
-import { parseEndpointFlag, parseFlags, parsePositive, UsageError } from "../flags/flags.ts";
+import { parseEndpointFlag, parseFlags, parseSeconds, UsageError } from "../flags/flags.ts";
 import type { InitCommand } from "./init.ts";
 import type { RecoverCommand, RecoverNodeCommand } from "./recover.ts";
 import type { VerifyOutput } from "./verify_report.ts";
@@ -112,7 +112,7 @@ function required(value: string | undefined, flag: string): string {
 }
 
 function seconds(value: string | undefined, flag: string, fallback: number): number {
-  return Math.round((value === undefined ? fallback : parsePositive(value, flag)) * 1000);
+  return value === undefined ? fallback * 1000 : parseSeconds(value, flag);
 }
 
 const NODE_EXAMPLE = "10.0.0.5:9000";

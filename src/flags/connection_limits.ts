@@ -4,7 +4,7 @@
  * @module
  */
 import { type ConnectionLimits, DEFAULT_CONNECTION_LIMITS } from "../rpc/limits.ts";
-import { parseCount, parsePositive, parseWholeNumber, UsageError } from "./flags.ts";
+import { parseCount, parseSeconds, parseWholeNumber } from "./flags.ts";
 
 /** The flags' `parseArgs` options; spread them into a component's options. */
 export const CONNECTION_LIMIT_OPTIONS = {
@@ -65,20 +65,8 @@ export function parseConnectionLimits(
     maxConcurrentStreams: parseCount(values["max-streams-per-connection"], "--max-streams-per-connection"),
     maxCallsInProgress: parseCount(values["max-calls-in-progress"], "--max-calls-in-progress"),
     maxCallsWaiting: parseWholeNumber(values["max-calls-waiting"], "--max-calls-waiting"),
-    handshakeTimeoutMs: parseTimeoutMs(values["handshake-timeout"], "--handshake-timeout"),
-    idleTimeoutMs: parseTimeoutMs(values["idle-timeout"], "--idle-timeout"),
-    requestTimeoutMs: parseTimeoutMs(values["request-timeout"], "--request-timeout"),
+    handshakeTimeoutMs: parseSeconds(values["handshake-timeout"], "--handshake-timeout"),
+    idleTimeoutMs: parseSeconds(values["idle-timeout"], "--idle-timeout"),
+    requestTimeoutMs: parseSeconds(values["request-timeout"], "--request-timeout"),
   };
-}
-
-/** The longest timer: beyond 2³¹−1 ms, timers fire after 1 ms instead. */
-const MAX_TIMEOUT_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
-
-/** A timeout flag's seconds as milliseconds, at most {@linkcode MAX_TIMEOUT_SECONDS}. */
-function parseTimeoutMs(value: string, flag: string): number {
-  const seconds = parsePositive(value, flag);
-  if (seconds > MAX_TIMEOUT_SECONDS) {
-    throw new UsageError(`invalid ${flag} "${value}": at most ${MAX_TIMEOUT_SECONDS} seconds`);
-  }
-  return seconds * 1000;
 }

@@ -75,6 +75,24 @@ export function parsePositive(value: string, flag: string): number {
   return number;
 }
 
+/** The longest timer: beyond 2³¹−1 ms, Deno's timers fire after 1 ms instead. */
+export const MAX_TIMEOUT_SECONDS: number = Math.floor((2 ** 31 - 1) / 1000);
+
+/**
+ * Parses a duration in seconds (a timeout, an interval) as milliseconds:
+ * positive, at least 1 ms, and at most {@linkcode MAX_TIMEOUT_SECONDS}
+ * (a longer one would make its timer fire at once).
+ */
+export function parseSeconds(value: string, flag: string): number {
+  const seconds = parsePositive(value, flag);
+  if (seconds > MAX_TIMEOUT_SECONDS) {
+    throw new UsageError(`invalid ${flag} "${value}": at most ${MAX_TIMEOUT_SECONDS} seconds`);
+  }
+  const ms = Math.round(seconds * 1000);
+  if (ms < 1) throw new UsageError(`invalid ${flag} "${value}": at least 0.001 seconds`);
+  return ms;
+}
+
 /** Parses a positive whole number (e.g. a count). */
 export function parseCount(value: string, flag: string): number {
   const number = parsePositive(value, flag);

@@ -9,7 +9,7 @@ import {
   parseListenAddress,
   parseLogLevelFlag,
   parsePort,
-  parsePositive,
+  parseSeconds,
   UsageError,
 } from "../flags/flags.ts";
 
@@ -78,8 +78,7 @@ export function parseLocalApiFlags(args: string[]): LocalApiFlags | "help" {
     stateDir: values["in-memory"] ? undefined : values["state-dir"],
     port: parsePort(values.port),
     listenAddress: parseListenAddress(values["listen-address"], "--listen-address"),
-    tokenCleanupIntervalMs: parsePositive(values["token-cleanup-interval"], "--token-cleanup-interval") *
-      1000,
+    tokenCleanupIntervalMs: parseSeconds(values["token-cleanup-interval"], "--token-cleanup-interval"),
     logLevel: parseLogLevelFlag(values["log-level"]),
   };
 }

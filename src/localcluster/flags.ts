@@ -4,7 +4,7 @@
  * @module
  */
 import { consoleOrigin } from "../console/address.ts";
-import { parseCount, parseFlags, parsePositive, UsageError } from "../flags/flags.ts";
+import { parseCount, parseFlags, parseSeconds, UsageError } from "../flags/flags.ts";
 import { OriginError, parseOrigin } from "../rpc/cors.ts";
 import type { NetworkKind } from "./network.ts";
 
@@ -98,7 +98,7 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
   }
   const stateDir = flags["state-dir"];
   if (stateDir === "") throw new UsageError("--state-dir must not be empty");
-  const timeoutMs = () => Math.round(parsePositive(flags.timeout, "--timeout") * 1000);
+  const timeoutMs = () => parseSeconds(flags.timeout, "--timeout");
   const corsAllowOrigins = () =>
     (flags["cors-allow-origin"] ?? [consoleOrigin()]).map((origin) => {
       try {

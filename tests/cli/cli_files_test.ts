@@ -216,6 +216,15 @@ Deno.test("command line: one-line usage errors", () => {
     /--logs-out must not be the file of --kubeconfig-out/,
   );
   assert.equal(parseCliArgs(["init", "--help"]), "help");
+  // A timer longer than 2^31-1 ms fires at once: refused rather than an init that "times out" at once.
+  usage(
+    [...init, ...more, "--init-timeout", "99999999"],
+    /^invalid --init-timeout "99999999": at most 2147483 seconds$/,
+  );
+  usage(
+    ["verify", "--node", "10.0.0.1:9000", "--attestation-config", "a", "--timeout", "0.0001"],
+    /at least 0.001 seconds/,
+  );
 });
 
 const RESULT: VerifyResult = {
