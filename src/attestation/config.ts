@@ -49,6 +49,7 @@
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
+import { jsonSyntaxError } from "../json/syntax_error.ts";
 import type { AkTrust, Measurements } from "./attestation.ts";
 import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
 import { knownVariants, UnknownVariantError } from "./registry.ts";
@@ -114,7 +115,7 @@ export function parseAttestationConfig(
     value = JSON.parse(text);
   } catch (error) {
     // V8's message carries the position ("at position 7 (line 1 column 8)") where it knows it.
-    fail(`invalid JSON: ${(error as Error).message}`, "invalid-json", error);
+    fail(`invalid JSON: ${jsonSyntaxError(error)}`, "invalid-json", error);
   }
   if (!isPlainObject(value)) return fail(`want a JSON object, got ${describeType(value)}`);
   for (const field of Object.keys(value)) {

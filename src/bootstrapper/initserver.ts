@@ -74,6 +74,7 @@ import { encodeComponents, type KubernetesComponent, parseComponents } from "../
 import { ClusterKms } from "../kms/cluster_kms.ts";
 import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../kms/keys.ts";
 import { requestKms } from "../kms/request.ts";
+import { initParameterProblem } from "../init/parameters.ts";
 import type { MasterSecret } from "../kms/uri.ts";
 import { PoolFullError, WorkPool } from "../limits/pool.ts";
 import type { Logger } from "../log/logger.ts";
@@ -647,7 +648,14 @@ export class InitServer {
     } catch (error) {
       throw invalid((error as Error).message, error);
     }
-    if (request.kubernetesVersion === "") throw invalid("kubernetes_version is empty");
+    const problem = initParameterProblem(
+      {
+        kubernetesVersion: request.kubernetesVersion,
+        clusterName: request.clusterName || DEFAULT_CLUSTER_NAME,
+      },
+      (parameter) => parameter === "kubernetesVersion" ? "kubernetes_version" : "cluster_name",
+    );
+    if (problem !== undefined) throw invalid(problem);
     let components: KubernetesComponent[];
     try {
       components = parseComponents(encodeComponents(request.kubernetesComponents));

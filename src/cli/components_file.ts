@@ -21,6 +21,7 @@
  * @module
  */
 import { describeType, isPlainObject } from "../attestation/measurements.ts";
+import { jsonSyntaxError } from "../json/syntax_error.ts";
 import {
   isComponentHash,
   isComponentInstallPath,
@@ -47,9 +48,7 @@ export function parseComponentsFile(text: string, path: string): KubernetesCompo
   try {
     value = JSON.parse(text);
   } catch (error) {
-    // V8 may quote the text after its message (`, "…" is not valid JSON`): a URL could be in it.
-    const reason = (error as Error).message.replace(/, ".*" is not valid JSON$/s, "");
-    fail(`not valid JSON (${reason}); want [${ELEMENT_SHAPE}, …]`);
+    fail(`not valid JSON (${jsonSyntaxError(error)}); want [${ELEMENT_SHAPE}, …]`);
   }
   if (!Array.isArray(value)) {
     return fail(`want a JSON array [${ELEMENT_SHAPE}, …], got ${describeType(value)}`);

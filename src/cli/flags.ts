@@ -7,6 +7,7 @@
  */
 import { resolve } from "node:path";
 import { parseEndpointFlag, parseFlags, parseSeconds, UsageError } from "../flags/flags.ts";
+import { initParameterProblem } from "../init/parameters.ts";
 import type { InitCommand } from "./init.ts";
 import type { RecoverCommand, RecoverNodeCommand } from "./recover.ts";
 import type { VerifyOutput } from "./verify_report.ts";
@@ -149,6 +150,11 @@ function parseInitFlags(args: string[]): InitCommand {
     timeoutMs: seconds(flags.timeout, "--timeout", INIT_DEFAULTS.timeoutSeconds),
     initTimeoutMs: seconds(flags["init-timeout"], "--init-timeout", INIT_DEFAULTS.initTimeoutSeconds),
   };
+  const problem = initParameterProblem(
+    command,
+    (parameter) => parameter === "kubernetesVersion" ? "--kubernetes-version" : "--cluster-name",
+  );
+  if (problem !== undefined) throw new UsageError(problem);
   // The logs file is replaced on every failed attempt: it must not be the master secret or the kubeconfig.
   for (
     const [other, flag] of [[command.masterSecret, "--master-secret"], [

@@ -69,6 +69,15 @@ export async function main(args: string[]): Promise<number> {
       description: "salt",
       minLength: MASTER_SALT_MIN_LENGTH,
     });
+    for (const [path, bytes] of [[flags.masterSecretPath, masterSecret], [flags.saltPath, salt]] as const) {
+      if (isCliMasterSecretFile(bytes)) {
+        masterSecret.fill(0);
+        salt.fill(0);
+        throw new Error(
+          `${path} is the CLI's master secret file (JSON with "key" and "salt"); the key service reads raw bytes: --master-secret and --salt as the constellation-mastersecret Secret's mastersecret and salt`,
+        );
+      }
+    }
     const kms = new ClusterKms(masterSecret, salt);
     masterSecret.fill(0);
     salt.fill(0);
@@ -90,6 +99,21 @@ export async function main(args: string[]): Promise<number> {
   await server.shutdown();
   logger.info("stopped");
   return 0;
+}
+
+/**
+ * Whether `bytes` is the CLI's master secret file (`{"key": …, "salt": …}`),
+ * a common slip where raw bytes go: its text would silently become the key,
+ * and every derived key differ from the cluster's.
+ */
+function isCliMasterSecretFile(bytes: Uint8Array): boolean {
+  if (bytes[0] !== 0x7b) return false; // "{"
+  try {
+    const value = JSON.parse(new TextDecoder().decode(bytes));
+    return typeof value === "object" && value !== null && typeof value.key === "string";
+  } catch {
+    return false;
+  }
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));

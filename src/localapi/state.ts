@@ -31,6 +31,7 @@
  * @module
  */
 import { writeFileAtomic } from "../fs/atomic_write.ts";
+import { jsonSyntaxError } from "../json/syntax_error.ts";
 import type { StoreChange, StoredEntry, StoreSnapshot } from "./store.ts";
 
 /** The snapshot's file name under the state directory. */
@@ -78,7 +79,7 @@ export async function loadState(stateDir: string): Promise<LoadedState | undefin
   try {
     file = JSON.parse(text) as SnapshotFile;
   } catch (error) {
-    throw new Error(`${stateDir}/${STATE_FILE} is not valid JSON: ${(error as Error).message}`);
+    throw new Error(`${stateDir}/${STATE_FILE} is not valid JSON: ${jsonSyntaxError(error)}`);
   }
   const { journalGeneration, ...snapshot } = file;
   const generation = journalGeneration ?? 0;
@@ -115,7 +116,7 @@ function journalRecords(text: string, generation: number, stateDir: string): Jou
       // Only the last line can be cut short by a crash; anything else is damage.
       if (lines.slice(i + 1).every((line) => line === "")) break;
       throw new Error(
-        `${stateDir}/${JOURNAL_FILE} line ${i + 1} is not valid JSON: ${(error as Error).message}`,
+        `${stateDir}/${JOURNAL_FILE} line ${i + 1} is not valid JSON: ${jsonSyntaxError(error)}`,
       );
     }
     if (i === 0) {

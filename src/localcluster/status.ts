@@ -95,13 +95,39 @@ export async function readStatus(stateDir: string): Promise<ClusterStatus | unde
     if (error instanceof Deno.errors.NotFound) return undefined;
     throw error;
   }
+  let status: unknown;
   try {
-    return JSON.parse(text) as ClusterStatus;
+    status = JSON.parse(text);
   } catch {
     throw new Error(
       `${stateDir}/${STATUS_FILE} is not a cluster status file (not JSON); remove the directory`,
     );
   }
+  const problem = statusShapeProblem(status);
+  if (problem !== undefined) {
+    throw new Error(
+      `${stateDir}/${STATUS_FILE} is not a cluster status file (${problem}); remove the directory`,
+    );
+  }
+  return status as ClusterStatus;
+}
+
+/** What is wrong with the shape of a parsed status file (the fields the commands rely on), if anything. */
+function statusShapeProblem(status: unknown): string | undefined {
+  if (typeof status !== "object" || status === null || Array.isArray(status)) return "not a JSON object";
+  const record = status as Record<string, unknown>;
+  const object = (value: unknown) => typeof value === "object" && value !== null && !Array.isArray(value);
+  if (typeof record.stateDir !== "string") return "no stateDir";
+  if (!Number.isSafeInteger(record.supervisorPid)) return "no supervisorPid";
+  if (!object(record.network) || typeof (record.network as Record<string, unknown>).kind !== "string") {
+    return "no network";
+  }
+  if (!Array.isArray(record.nodes) || !record.nodes.every(object)) return "nodes is not a list of nodes";
+  const processes = record.processes;
+  if (!Array.isArray(processes) || !processes.every((p) => object(p) && Number.isSafeInteger(p.pid))) {
+    return "processes is not a list of processes";
+  }
+  return undefined;
 }
 
 /** Writes the status file atomically. */

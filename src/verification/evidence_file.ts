@@ -22,6 +22,7 @@
  * @module
  */
 import { MAX_EVIDENCE_DOCUMENT_BYTES } from "../attestation/attestation.ts";
+import { jsonSyntaxError } from "../json/syntax_error.ts";
 import { describeType, isPlainObject } from "../attestation/measurements.ts";
 import { INIT_NONCE_LENGTH, isPublicKeyLength } from "../init/protocol.ts";
 import type { NodeEvidence } from "./report.ts";
@@ -72,7 +73,7 @@ export function parseEvidenceFile(text: string, source: string): NodeEvidence {
   try {
     value = JSON.parse(text);
   } catch (error) {
-    return fail(`not JSON: ${(error as Error).message}`);
+    return fail(`not JSON: ${jsonSyntaxError(error)}`);
   }
   if (!isPlainObject(value)) return fail(`want a JSON object, got ${describeType(value)}`);
   for (const field of Object.keys(value)) {

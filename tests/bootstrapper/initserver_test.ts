@@ -299,6 +299,33 @@ Deno.test("init server", async (t) => {
     },
   );
 
+  await t.step(
+    "a Kubernetes version or cluster name kubeadm would refuse: refused before the lock",
+    async () => {
+      for (
+        const [parameters, message] of [
+          [
+            { kubernetesVersion: "1.30; rm -rf /" },
+            /^kubernetes_version must be an exact version such as v1.30.2/,
+          ],
+          [{ kubernetesVersion: "stable-1" }, /^kubernetes_version must be an exact version/],
+          [{ clusterName: "Bad Name!" }, /^cluster_name must be a DNS label .*got "Bad Name!"$/],
+        ] as const
+      ) {
+        const w = world();
+        const error = await refused(w, initParameters(parameters));
+        assert.equal(error.code, Code.InvalidArgument);
+        assert.match(error.serverMessage!, message);
+        assert.deepEqual(w.calls, [], "no lock, no disk, no kubeadm");
+      }
+      for (const kubernetesVersion of ["1.30.2", "v1.31.0-rc.1"]) {
+        const w = world();
+        await run(w, initParameters({ kubernetesVersion }));
+        assert.equal(w.initialized[0].kubernetesVersion, kubernetesVersion);
+      }
+    },
+  );
+
   await t.step("bad measurement salt length: refused before the lock", async () => {
     const w = world();
     const error = await refused(w, initParameters({ measurementSalt: new Uint8Array(16) }));

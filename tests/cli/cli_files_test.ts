@@ -216,6 +216,11 @@ Deno.test("command line: one-line usage errors", () => {
     /--logs-out must not be the file of --kubeconfig-out/,
   );
   assert.equal(parseCliArgs(["init", "--help"]), "help");
+  usage(
+    [...init, "--init-secret-file", "s", "--kubernetes-version", "latest"],
+    /^--kubernetes-version must be an exact version/,
+  );
+  usage([...init, ...more, "--cluster-name", "My_Cluster"], /^--cluster-name must be a DNS label/);
   // A timer longer than 2^31-1 ms fires at once: refused rather than an init that "times out" at once.
   usage(
     [...init, ...more, "--init-timeout", "99999999"],

@@ -190,6 +190,12 @@ Deno.test("the key service process refuses to start without usable secrets, in o
   const ok = await writeSecrets({ masterSecret: new Uint8Array(32), salt: new Uint8Array(32) });
   const short = await writeSecrets({ masterSecret: new Uint8Array(15), salt: new Uint8Array(31) });
   const missing = `${ok.dir}/absent`;
+  const cliFile = `${ok.dir}/master-secret.json`;
+  const cliKey = new Uint8Array(32).fill(9).toBase64();
+  await Deno.writeTextFile(
+    cliFile,
+    JSON.stringify({ key: cliKey, salt: new Uint8Array(32).toBase64() }) + "\n",
+  );
   try {
     const cases: { name: string; allowRead: string[]; flags: string[]; file: string; problem: RegExp }[] = [
       {
@@ -214,6 +220,13 @@ Deno.test("the key service process refuses to start without usable secrets, in o
         problem: /does not exist/,
       },
       {
+        name: "the CLI's JSON master secret file where the raw secret goes",
+        allowRead: [cliFile, ok.saltPath],
+        flags: ["--master-secret", cliFile, "--salt", ok.saltPath],
+        file: cliFile,
+        problem: /is the CLI's master secret file .* reads raw bytes/,
+      },
+      {
         name: "a master secret outside the permission set",
         allowRead: [ok.saltPath],
         flags: ["--master-secret", ok.masterSecretPath, "--salt", ok.saltPath],
@@ -230,6 +243,7 @@ Deno.test("the key service process refuses to start without usable secrets, in o
       assert.equal(entry.level, "error", output);
       assert.ok(entry.msg.includes(file), output);
       assert.match(entry.msg, problem, output);
+      assert.ok(!output.includes(cliKey), "the secret is not echoed");
     }));
   } finally {
     await Deno.remove(ok.dir, { recursive: true });
