@@ -13,6 +13,7 @@ import { isAbsolute } from "node:path";
 import type { LogLevel } from "../log/logger.ts";
 import {
   parseFlags,
+  parseHttpUrlFlag,
   parseListenAddress,
   parseLogLevelFlag,
   parsePort,
@@ -176,10 +177,7 @@ export function parseBootstrapperFlags(
   if (tpm === "none" && variant !== "dummy") {
     throw new UsageError(`--tpm none works only with the dummy variant, not ${variant}: PCR 15 needs a TPM`);
   }
-  const metadataUrl = values["metadata-url"];
-  if (!URL.canParse(metadataUrl) || !/^https?:$/.test(new URL(metadataUrl).protocol)) {
-    throw new UsageError(`invalid --metadata-url "${metadataUrl}": want http://host:port`);
-  }
+  const metadataUrl = parseHttpUrlFlag(values["metadata-url"], "--metadata-url");
   const root = absolute(values.root, "--root");
   const logLevel = parseLogLevelFlag(values["log-level"]);
   const listenAddress = parseListenAddress(values["listen-address"], "--listen-address");
@@ -189,7 +187,7 @@ export function parseBootstrapperFlags(
     listenAddress,
     attestationVariant: variant,
     tpm,
-    metadataUrl: metadataUrl.replace(/\/+$/, ""),
+    metadataUrl,
     root,
     kubeadm: values.kubeadm ?? underRoot(root, "run/state/bin/kubeadm"),
     cryptsetup: values.cryptsetup,

@@ -61,6 +61,22 @@ function joinNegativeNumbers(args: string[], options: ParseArgsOptionsConfig): s
   return joined;
 }
 
+/**
+ * Parses the URL of an HTTP service (e.g. a metadata API): http or https,
+ * no credentials in it (they would end up in logs); returned without a
+ * trailing slash.
+ */
+export function parseHttpUrlFlag(value: string, flag: string): string {
+  const url = URL.canParse(value) ? new URL(value) : undefined;
+  if (url === undefined || !/^https?:$/.test(url.protocol)) {
+    throw new UsageError(`invalid ${flag} "${value}": want http://host:port`);
+  }
+  if (url.username !== "" || url.password !== "") {
+    throw new UsageError(`invalid ${flag}: no user or password in the URL`);
+  }
+  return value.replace(/\/+$/, "");
+}
+
 /** Parses a port number 0–65535. */
 export function parsePort(value: string, flag = "--port"): number {
   const port = /^\d{1,5}$/.test(value) ? Number(value) : NaN;

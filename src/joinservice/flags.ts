@@ -8,6 +8,7 @@ import {
   parseCount,
   parseEndpointFlag,
   parseFlags,
+  parseHttpUrlFlag,
   parseListenAddress,
   parseLogLevelFlag,
   parsePort,
@@ -173,17 +174,16 @@ export function parseJoinServiceFlags(args: string[]): JoinServiceFlags | "help"
     throw new UsageError("--key-service-endpoint is required, e.g. key-service.kube-system:9000");
   }
   const endpoint = values["api-server-endpoint"];
-  const metadataUrl = values["metadata-url"];
-  if (!endpoint && !metadataUrl) {
+  if (!endpoint && !values["metadata-url"]) {
     throw new UsageError("one of --api-server-endpoint and --metadata-url is required");
   }
-  if (endpoint && metadataUrl) {
+  if (endpoint && values["metadata-url"]) {
     throw new UsageError("give only one of --api-server-endpoint and --metadata-url");
   }
   if (endpoint) parseEndpointFlag(endpoint, "--api-server-endpoint", "10.0.0.1:6443");
-  if (metadataUrl && !URL.canParse(metadataUrl)) {
-    throw new UsageError(`invalid --metadata-url "${metadataUrl}"`);
-  }
+  const metadataUrl = values["metadata-url"] === undefined
+    ? undefined
+    : parseHttpUrlFlag(values["metadata-url"], "--metadata-url");
   const serviceNetwork = parseCidr(values["service-cluster-ip-range"]);
   if (!serviceNetwork) {
     throw new UsageError(

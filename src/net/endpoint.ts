@@ -46,6 +46,9 @@ export function parseEndpoint(value: string): Endpoint {
   }
   const [, host, portText] = match;
   if (host === "") throw new EndpointError("no host");
+  if (host.startsWith("[") && host.includes("%")) {
+    throw new EndpointError(`bad host "${host}": an IPv6 zone (%…) cannot be used, URLs cannot carry it`);
+  }
   if (portText === "") throw new EndpointError("no port");
   if (host.startsWith("[") ? ipVersion(host.slice(1, -1)) !== 6 : !HOST_NAME.test(host)) {
     throw new EndpointError(`bad host "${host}"`);

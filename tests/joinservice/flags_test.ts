@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { parseJoinServiceFlags } from "../../src/joinservice/flags.ts";
+import { type JoinServiceFlags, parseJoinServiceFlags } from "../../src/joinservice/flags.ts";
 import { UsageError } from "../../src/flags/flags.ts";
 
 /** The flags every join service needs; a case adds its own after them (later flags win). */
@@ -123,5 +123,24 @@ Deno.test("parseJoinServiceFlags() wants --tls-cert and --tls-key together", () 
   assertUsageError(
     [...REQUIRED, "--tls-key", "/k"],
     "--tls-key needs --tls-cert (give both, or neither for a self-signed certificate)",
+  );
+});
+
+Deno.test("parseJoinServiceFlags() wants an http(s) metadata URL without credentials", () => {
+  const base = REQUIRED.filter((_, i, all) =>
+    all[i] !== "--api-server-endpoint" && all[i - 1] !== "--api-server-endpoint"
+  );
+  assertUsageError(
+    [...base, "--metadata-url", "ftp://x"],
+    'invalid --metadata-url "ftp://x": want http://host:port',
+  );
+  assertUsageError(
+    [...base, "--metadata-url", "http://user:pw@127.0.0.1:1/"],
+    "invalid --metadata-url: no user or password in the URL",
+  );
+  assert.equal(
+    (parseJoinServiceFlags([...base, "--metadata-url", "http://10.42.0.1:8080/"]) as JoinServiceFlags)
+      .metadataUrl,
+    "http://10.42.0.1:8080",
   );
 });
