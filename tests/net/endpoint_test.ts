@@ -27,7 +27,10 @@ Deno.test("parseEndpoint() names what is wrong", () => {
     ["http://key-service:9000", "not host:port"],
     ["a b:1", 'bad host "a b"'],
     ["[not-v6]:1", 'bad host "[not-v6]"'],
-    ["[fe80::1%eth0]:9000", 'bad host "[fe80::1%eth0]": an IPv6 zone (%…) cannot be used, URLs cannot carry it'],
+    [
+      "[fe80::1%eth0]:9000",
+      'bad host "[fe80::1%eth0]": an IPv6 zone (%…) cannot be used, URLs cannot carry it',
+    ],
     ["-host:1", 'bad host "-host"'],
     ["999.1.1.1:1", "999.1.1.1 is not an IPv4 address"],
   ];
