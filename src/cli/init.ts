@@ -37,6 +37,7 @@ import { readComponentsFile } from "./components_file.ts";
 import { CliError, errorLine } from "./errors.ts";
 import { loadOrCreateMasterSecretFile } from "./master_secret_file.ts";
 import { connectNode } from "./node_connection.ts";
+import { INIT_SERVER, wrongServerHint } from "./node_errors.ts";
 import { saveKubeconfig } from "./kubeconfig_out.ts";
 import { checkCreatable, writePrivateFile } from "./output_file.ts";
 import type { Progress } from "./progress.ts";
@@ -246,7 +247,13 @@ async function describeFailure(failure: InitFailure, command: InitCommand): Prom
           { cause: error },
         );
       }
-      return new CliError("refused", `${error.message}${logsNote}`, { cause: error });
+      return new CliError(
+        "refused",
+        `${error.message}${wrongServerHint(error.code, INIT_SERVER)}${logsNote}`,
+        {
+          cause: error,
+        },
+      );
     case "unavailable":
       if (failure.initSent) {
         return new CliError(

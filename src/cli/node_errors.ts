@@ -25,6 +25,16 @@ export const INIT_SERVER: NodeServer = {
   runs: "the node's bootstrapper is running",
 };
 
+/**
+ * What to add to a refusal with `code`: a server that does not know the
+ * method (Unimplemented: HTTP 404) is another server than `server`, e.g. the
+ * init port given to `cli recover`.
+ */
+export function wrongServerHint(code: Code | undefined, server: NodeServer): string {
+  if (code !== Code.Unimplemented) return "";
+  return `; this is not the ${server.name}: check --node (its port is ${server.defaultPort} by default, and ${server.runs})`;
+}
+
 /** Turns an error of a call to `node`'s `server` into a {@linkcode CliError}. */
 export function describeNodeCallError(
   error: unknown,
@@ -48,7 +58,11 @@ export function describeNodeCallError(
   if (
     error instanceof ConnectError && error.code !== Code.Unavailable && error.code !== Code.DeadlineExceeded
   ) {
-    return new CliError("refused", `node ${node} refused: ${error.rawMessage}`, { cause: error });
+    return new CliError(
+      "refused",
+      `node ${node} refused: ${error.rawMessage}${wrongServerHint(error.code, server)}`,
+      { cause: error },
+    );
   }
   const detail = error instanceof ConnectError ? error.rawMessage : errorLine(error);
   return new CliError(

@@ -34,7 +34,7 @@ import { configValidator, readAttestationConfigFile } from "./attestation_config
 import { CliError } from "./errors.ts";
 import { readMasterSecretFile } from "./master_secret_file.ts";
 import { connectNode } from "./node_connection.ts";
-import { describeNodeCallError, type NodeServer } from "./node_errors.ts";
+import { describeNodeCallError, type NodeServer, wrongServerHint } from "./node_errors.ts";
 import { createNewFile } from "./output_file.ts";
 
 /** What `cli recover` is asked to do. */
@@ -131,9 +131,13 @@ function describeRecoverFailure(
         { cause: error },
       );
     case "refused":
-      return new CliError("refused", `node ${command.node} refused the recovery: ${error.serverMessage}`, {
-        cause: error,
-      });
+      return new CliError(
+        "refused",
+        `node ${command.node} refused the recovery: ${error.serverMessage}${
+          wrongServerHint(error.code, RECOVERY_SERVER)
+        }`,
+        { cause: error },
+      );
     case "unavailable":
     case "canceled":
       return describeNodeCallError(error.cause ?? error, command.node, signal, RECOVERY_SERVER);

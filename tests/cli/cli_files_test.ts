@@ -5,6 +5,7 @@
  * the reference vector, and the verify report rendered from a fixed result.
  */
 import assert from "node:assert/strict";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { readAttestationConfigFile } from "../../src/cli/attestation_config_file.ts";
 import { CliError } from "../../src/cli/errors.ts";
 import { parseCliArgs } from "../../src/cli/flags.ts";
@@ -14,9 +15,9 @@ import {
   readMasterSecretFile,
 } from "../../src/cli/master_secret_file.ts";
 import { saveNodeLogs } from "../../src/cli/init.ts";
-import { describeNodeCallError } from "../../src/cli/node_errors.ts";
+import { describeNodeCallError, wrongServerHint } from "../../src/cli/node_errors.ts";
 import { saveKubeconfig } from "../../src/cli/kubeconfig_out.ts";
-import { recoverDiskKey, runRecover } from "../../src/cli/recover.ts";
+import { recoverDiskKey, RECOVERY_SERVER, runRecover } from "../../src/cli/recover.ts";
 import { renderVerifyTable } from "../../src/cli/verify_report.ts";
 import { renderVerifyJson, type VerifyResult } from "../../src/verification/report.ts";
 import { UsageError } from "../../src/flags/flags.ts";
@@ -362,4 +363,17 @@ Deno.test("a node call's error in the operator's words: a timeout is unreachable
   const interrupted = describeNodeCallError(new Error("aborted"), node, aborted(new Error("SIGINT")));
   assert.equal(interrupted.reason, "canceled");
   assert.equal(interrupted.message, "the call to node 10.0.0.5:9000 was canceled");
+  // Another server on that port (HTTP 404, e.g. the init port given to cli recover): said so.
+  const elsewhere = describeNodeCallError(
+    new ConnectError("HTTP 404", Code.Unimplemented),
+    node,
+    undefined,
+    RECOVERY_SERVER,
+  );
+  assert.equal(elsewhere.reason, "refused");
+  assert.match(
+    elsewhere.message,
+    /refused: HTTP 404; this is not the recovery server: check --node \(its port is 9999 by default/,
+  );
+  assert.equal(wrongServerHint(Code.PermissionDenied, RECOVERY_SERVER), "", "a real refusal gets no hint");
 });
