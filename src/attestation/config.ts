@@ -49,6 +49,7 @@
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
+import { readRegularFile } from "../fs/read_regular_file.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
 import type { AkTrust, Measurements } from "./attestation.ts";
 import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
@@ -328,7 +329,7 @@ export function parseOperatorAttestationConfig(
 export async function readConfigText(path: string, signal?: AbortSignal): Promise<string> {
   let bytes: Uint8Array;
   try {
-    bytes = await Deno.readFile(path, { signal });
+    bytes = await readRegularFile(path, { signal });
   } catch (error) {
     if (signal?.aborted) throw error;
     throw new AttestationConfigError(

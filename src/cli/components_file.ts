@@ -21,6 +21,7 @@
  * @module
  */
 import { describeType, isPlainObject } from "../attestation/measurements.ts";
+import { readRegularTextFile } from "../fs/read_regular_file.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
 import {
   isComponentHash,
@@ -102,7 +103,7 @@ function parseComponent(element: unknown, fail: (message: string) => never): Kub
 export async function readComponentsFile(path: string): Promise<KubernetesComponent[]> {
   let text: string;
   try {
-    text = await Deno.readTextFile(path);
+    text = await readRegularTextFile(path);
   } catch (error) {
     throw new CliError(
       "input",

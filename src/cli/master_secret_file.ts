@@ -16,6 +16,7 @@
  * @module
  */
 import { isPlainObject } from "../attestation/measurements.ts";
+import { readRegularTextFile } from "../fs/read_regular_file.ts";
 import { MASTER_SALT_MIN_LENGTH, MASTER_SECRET_MIN_LENGTH } from "../kms/keys.ts";
 import type { MasterSecret } from "../kms/uri.ts";
 import { CliError } from "./errors.ts";
@@ -82,7 +83,7 @@ export function encodeMasterSecretFile(secret: MasterSecret): string {
 export async function readMasterSecretFile(path: string): Promise<MasterSecret> {
   let text: string;
   try {
-    text = await Deno.readTextFile(path);
+    text = await readRegularTextFile(path);
   } catch (error) {
     throw new CliError(
       "master-secret",

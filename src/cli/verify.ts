@@ -12,6 +12,7 @@
  * @module
  */
 import { createClient } from "@connectrpc/connect";
+import { readRegularTextFile } from "../fs/read_regular_file.ts";
 import { API } from "../gen/init/init_pb.ts";
 import type { Logger } from "../log/logger.ts";
 import { EvidenceFileError, parseEvidenceFile } from "../verification/evidence_file.ts";
@@ -78,7 +79,7 @@ export async function verifyEvidenceFile(
 ): Promise<VerifyResult> {
   let text: string;
   try {
-    text = await Deno.readTextFile(path);
+    text = await readRegularTextFile(path);
   } catch (error) {
     throw new CliError(
       "input",

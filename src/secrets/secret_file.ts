@@ -6,6 +6,7 @@
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
+import { readRegularFile } from "../fs/read_regular_file.ts";
 
 /** Why a secret file could not be used. */
 export type SecretFileProblem = "missing" | "not-permitted" | "unreadable" | "too-short";
@@ -41,7 +42,7 @@ export async function readSecretFile(path: string, options: ReadSecretFileOption
   const what = `${options.description} file ${path}`;
   let bytes: Uint8Array;
   try {
-    bytes = await Deno.readFile(path);
+    bytes = await readRegularFile(path);
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) {
       throw new SecretFileError("missing", path, `${what}: does not exist`);
