@@ -6,6 +6,7 @@
  * @module
  */
 import { create } from "@bufbuild/protobuf";
+import { isLowOrderX25519 } from "./low_order.ts";
 import {
   AttestationError,
   MAX_EVIDENCE_DOCUMENT_BYTES,
@@ -74,6 +75,13 @@ export async function admitAttestedRequest(options: AdmitAttestedRequestOptions)
     throw new ExchangeError(
       "evidence-malformed",
       `public key must be ${PUBLIC_KEY_LENGTH} bytes (X25519), got ${attestation.publicKey.length}`,
+    );
+  }
+  if (isLowOrderX25519(attestation.publicKey)) {
+    // Refused with the structure, before the service writes anything: the seal at the end would fail.
+    throw new ExchangeError(
+      "seal-failed",
+      "the attested public key is a low-order X25519 point: nothing can be sealed to it",
     );
   }
   const maxDocumentBytes = options.maxDocumentBytes ?? MAX_EVIDENCE_DOCUMENT_BYTES;

@@ -45,6 +45,13 @@ export async function main(args: string[]): Promise<number> {
         return await recover(command, stateDir);
     }
   } catch (error) {
+    if (error instanceof Deno.errors.NotCapable) {
+      // Deno's advice (--allow-read) cannot be followed through the task: say what can.
+      printError(
+        `${stateDir} is outside what the cluster permission set may read and write (.dev/ in the checkout, /tmp): choose a --state-dir below one of them`,
+      );
+      return 1;
+    }
     printError(error instanceof Error ? error.message : String(error));
     return 1;
   }

@@ -6,6 +6,7 @@
  * @module
  */
 import { consoleOrigin } from "../console/address.ts";
+import { DEFAULT_STATE_DIR } from "./flags.ts";
 import type { ClusterStatus, NodeStatus } from "./status.ts";
 
 /** Shows phase changes as they happen. */
@@ -136,10 +137,16 @@ export function summary(status: ClusterStatus, cwd: string): string {
       } --attestation-config ${attestationConfig}`,
     );
   }
+  // The commands work from the working directory as shown: another state directory must be named.
+  const stateDirFlag = path(status.stateDir) === DEFAULT_STATE_DIR
+    ? ""
+    : ` --state-dir ${path(status.stateDir)}`;
   if (status.state === "running" || status.state === "starting") {
-    lines.push("Stop: Ctrl-C in the terminal of `cluster up`, or `npx deno task cluster down`.");
+    lines.push(
+      `Stop: Ctrl-C in the terminal of \`cluster up\`, or \`npx deno task cluster down${stateDirFlag}\`.`,
+    );
   } else if (status.clusterId !== undefined) {
-    lines.push(`Bring it back: npx deno task cluster recover --state-dir ${path(status.stateDir)}`);
+    lines.push(`Bring it back: npx deno task cluster recover${stateDirFlag}`);
   }
   return lines.join("\n") + "\n";
 }

@@ -290,6 +290,16 @@ Deno.test("cluster recover where no cluster is says so and creates nothing", asy
   }
 });
 
+Deno.test("a state directory outside the cluster permission set is named with what to do instead", async () => {
+  const result = await cluster(["status", "--state-dir", "/var/tmp/not-a-cluster-dir"]);
+  assert.equal(result.code, 1, output(result));
+  assert.match(
+    output(result),
+    /cluster: \/var\/tmp\/not-a-cluster-dir is outside what the cluster permission set may read and write .*choose a --state-dir/,
+  );
+  assert.doesNotMatch(output(result), /--allow-read/);
+});
+
 /** The namespace `name`'s inode (its identity), or undefined when none is mounted by that name. */
 async function namespaceInode(name: string): Promise<number | undefined> {
   try {

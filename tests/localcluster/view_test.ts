@@ -219,7 +219,7 @@ Deno.test("the summary says how many nodes joined, where everything is and how t
       wantNot: [verifyHint, "reason", CWD],
     },
     {
-      name: "a state directory outside the working directory stays absolute",
+      name: "a state directory outside the working directory stays absolute, and the stop command names it",
       status: cluster([node("control-plane-0", { phase: "joined" })], {
         state: "running",
         stateDir: "/tmp/c1",
@@ -228,6 +228,7 @@ Deno.test("the summary says how many nodes joined, where everything is and how t
         "Cluster running: 1 of 1 nodes joined (network: loopback).\n",
         "  kubeconfig       /tmp/c1/admin.conf\n",
         "  kubectl --kubeconfig /tmp/c1/admin.conf get joiningnodes,secrets -n kube-system\n",
+        "Stop: Ctrl-C in the terminal of `cluster up`, or `npx deno task cluster down --state-dir /tmp/c1`.\n",
       ],
       wantNot: [verifyHint],
     },
@@ -287,7 +288,7 @@ Deno.test("the summary says how many nodes joined, where everything is and how t
         state: "stopped",
         clusterId: "ab".repeat(32),
       }),
-      want: ["Bring it back: npx deno task cluster recover --state-dir .dev/cluster\n"],
+      want: ["Bring it back: npx deno task cluster recover\n"],
       wantNot: ["Stop:"],
     },
     {
