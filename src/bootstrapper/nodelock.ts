@@ -11,6 +11,22 @@
  *
  * @module
  */
+import { systemTimers, type Timers, withDeadline } from "./retry.ts";
+
+/**
+ * How long marking may take: a TPM answers in milliseconds; one that hangs
+ * must end the boot with an error rather than leave the node waiting
+ * without a word.
+ */
+export const DEFAULT_MARK_TIMEOUT_MS = 60_000;
+
+/** Options of {@linkcode NodeLock}. */
+export interface NodeLockOptions {
+  /** Default {@linkcode DEFAULT_MARK_TIMEOUT_MS}. */
+  markTimeoutMs?: number;
+  /** Default real time. */
+  timers?: Timers;
+}
 
 /** Marks the node as bound to a cluster (e.g. measures the cluster ID into PCR 15). */
 export interface ClusterMarker {
@@ -32,11 +48,13 @@ export type NodeLockState =
 /** The one-way lock that init and join race for. */
 export class NodeLock {
   readonly #marker: ClusterMarker;
+  readonly #options: NodeLockOptions;
   #state: NodeLockState = "unlocked";
 
   /** A lock that marks the node through `marker` when taken. */
-  constructor(marker: ClusterMarker) {
+  constructor(marker: ClusterMarker, options: NodeLockOptions = {}) {
     this.#marker = marker;
+    this.#options = options;
   }
 
   /**
@@ -46,7 +64,8 @@ export class NodeLock {
    *
    * A signal already aborted when the call starts rejects with its reason
    * and leaves the lock untouched. Once taken, the lock stays taken: if
-   * marking fails (or is aborted) the call rejects with that error.
+   * marking fails, is aborted or outlasts its deadline (a `DeadlineError`),
+   * the call rejects with that error.
    */
   async tryLock(clusterId: Uint8Array, options: { signal?: AbortSignal } = {}): Promise<boolean> {
     options.signal?.throwIfAborted();
@@ -54,7 +73,13 @@ export class NodeLock {
     if (this.#state !== "unlocked") return false;
     this.#state = "marking";
     try {
-      await this.#marker.mark(clusterId, options);
+      await withDeadline(
+        this.#options.timers ?? systemTimers,
+        "marking the node (PCR 15)",
+        this.#options.markTimeoutMs ?? DEFAULT_MARK_TIMEOUT_MS,
+        options.signal,
+        (signal) => this.#marker.mark(clusterId, { signal }),
+      );
     } catch (error) {
       this.#state = "mark-failed";
       throw error;

@@ -71,5 +71,23 @@ Deno.test("nodelock: an already aborted signal leaves the lock free; the signal 
   assert.equal(lock.holder, "none");
   const live = new AbortController();
   assert.equal(await lock.tryLock(clusterId(1), { signal: live.signal }), true);
-  assert.deepEqual(seen, [live.signal]);
+  assert.equal(seen.length, 1);
+  // The marker's signal follows the caller's (combined with the marking deadline).
+  assert.equal(seen[0]?.aborted, false);
+  live.abort(new Error("stop"));
+  assert.equal(seen[0]?.aborted, true);
+});
+
+Deno.test("nodelock: marking that never ends fails at its deadline; the lock stays taken", async () => {
+  let aborted: unknown;
+  const lock = new NodeLock({
+    mark: (_id, options) =>
+      new Promise<void>((_resolve, reject) => {
+        options?.signal?.addEventListener("abort", () => reject(aborted = options.signal!.reason));
+      }),
+  }, { markTimeoutMs: 20 });
+  await assert.rejects(lock.tryLock(clusterId(1)), /marking the node \(PCR 15\): no answer within 20 ms/);
+  assert.ok(aborted instanceof Error, "the marker was told to stop");
+  assert.equal(lock.state, "mark-failed");
+  assert.equal(await lock.tryLock(clusterId(2)), false);
 });
