@@ -134,7 +134,7 @@ function parseInitFlags(args: string[]): InitCommand {
     "logs-out": { type: "string" },
     timeout: { type: "string" },
     "init-timeout": { type: "string" },
-  }, "cli init");
+  }, "cli init", { repeated: "refuse" });
   const command: InitCommand = {
     node: parseEndpointFlag(required(flags.node, "--node"), "--node", NODE_EXAMPLE),
     attestationConfig: required(flags["attestation-config"], "--attestation-config"),
@@ -176,7 +176,7 @@ function parseVerifyFlags(args: string[]): CliCommand {
     "attestation-config": { type: "string" },
     output: { type: "string" },
     timeout: { type: "string" },
-  }, "cli verify");
+  }, "cli verify", { repeated: "refuse" });
   if (flags.node !== undefined && flags.evidence !== undefined) {
     throw new UsageError("give --node or --evidence, not both");
   }
@@ -204,7 +204,7 @@ function parseRecoverFlags(args: string[]): CliCommand {
     "disk-uuid": { type: "string" },
     out: { type: "string" },
     "print-hex": { type: "boolean" },
-  }, "cli recover");
+  }, "cli recover", { repeated: "refuse" });
   const masterSecret = required(flags["master-secret"], "--master-secret");
   if (flags.node !== undefined) {
     for (const offline of ["disk-uuid", "out", "print-hex"] as const) {

@@ -18,6 +18,17 @@ export class UsageError extends Error {
   }
 }
 
+/** Options of {@linkcode parseFlags}. */
+export interface ParseFlagsOptions {
+  /**
+   * A flag that takes one value, given twice: "last-wins" (the default; the
+   * services, whose callers may append a flag to override one) or "refuse"
+   * (an operator's command, where `--disk-uuid A --disk-uuid B` is a slip
+   * that must not silently act on B).
+   */
+  repeated?: "last-wins" | "refuse";
+}
+
 /**
  * Parses flags strictly (no positionals, no unknown flags).
  *
@@ -27,19 +38,31 @@ export function parseFlags<T extends ParseArgsOptionsConfig>(
   args: string[],
   options: T,
   component: string,
+  parseOptions: ParseFlagsOptions = {},
 ): ReturnType<
   typeof parseArgs<{ args: string[]; options: T; strict: true; allowPositionals: false }>
 >["values"] {
+  let parsed;
   try {
-    return parseArgs({
+    parsed = parseArgs({
       args: joinNegativeNumbers(args, options),
       options,
       strict: true,
       allowPositionals: false,
-    }).values;
+      tokens: true,
+    });
   } catch (err) {
     throw new UsageError(describeParseError(err, component));
   }
+  if (parseOptions.repeated === "refuse") {
+    const seen = new Set<string>();
+    for (const token of parsed.tokens) {
+      if (token.kind !== "option" || options[token.name]?.multiple) continue;
+      if (seen.has(token.name)) throw new UsageError(`--${token.name} is given twice (${component})`);
+      seen.add(token.name);
+    }
+  }
+  return parsed.values;
 }
 
 /**

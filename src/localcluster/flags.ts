@@ -89,7 +89,7 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
     timeout: { type: "string", default: "300" },
     output: { type: "string", default: "table" },
     "cors-allow-origin": { type: "string", multiple: true },
-  }, `cluster ${command}`);
+  }, `cluster ${command}`, { repeated: "refuse" });
   for (const arg of rest) {
     const name = /^--([a-z-]+)/.exec(arg)?.[1];
     if (name !== undefined && name !== "state-dir" && !COMMAND_FLAGS[command].includes(name)) {

@@ -194,6 +194,24 @@ Deno.test("command line: one-line usage errors", () => {
     /--attestation-config needs --node/,
   );
   usage(["recover", "--master-secret", "m"], /missing --disk-uuid \(or --node\)/);
+  usage(
+    [
+      "recover",
+      "--master-secret",
+      "m",
+      "--disk-uuid",
+      REFERENCE_UUID,
+      "--disk-uuid",
+      REFERENCE_UUID,
+      "--out",
+      "k",
+    ],
+    /^--disk-uuid is given twice \(cli recover\)$/,
+  );
+  usage(
+    ["recover", "--master-secret", "m", "--disk-uuid", REFERENCE_UUID, "--out=a", "--out", "b"],
+    /^--out is given twice/,
+  );
   assert.deepEqual(parseCliArgs([...recoverNode, "--attestation-config", "a", "--timeout", "5"]), {
     command: "recover-node",
     recover: { node: "10.0.0.1:9999", masterSecret: "m", attestationConfig: "a", timeoutMs: 5000 },

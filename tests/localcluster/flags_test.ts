@@ -222,6 +222,11 @@ Deno.test("parseClusterArgs refuses bad command lines with a UsageError naming t
       want: /^--workers is not a flag of cluster recover$/,
     },
     {
+      name: "a flag given twice",
+      args: ["up", "--workers", "1", "--workers", "3"],
+      want: /^--workers is given twice \(cluster up\)$/,
+    },
+    {
       name: "zero --timeout of recover",
       args: ["recover", "--timeout", "0"],
       want: /^invalid --timeout "0": want a positive number$/,
