@@ -122,19 +122,24 @@ const RECOVER_NODE_EXAMPLE = "10.0.0.5:9999";
 const DISK_UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 function parseInitFlags(args: string[]): InitCommand {
-  const flags = parseFlags(args, {
-    node: { type: "string" },
-    "attestation-config": { type: "string" },
-    "master-secret": { type: "string" },
-    "init-secret-file": { type: "string" },
-    "kubernetes-version": { type: "string" },
-    "kubernetes-components": { type: "string" },
-    "cluster-name": { type: "string" },
-    "kubeconfig-out": { type: "string" },
-    "logs-out": { type: "string" },
-    timeout: { type: "string" },
-    "init-timeout": { type: "string" },
-  }, "cli init", { repeated: "refuse" });
+  const flags = parseFlags(
+    args,
+    {
+      node: { type: "string" },
+      "attestation-config": { type: "string" },
+      "master-secret": { type: "string" },
+      "init-secret-file": { type: "string" },
+      "kubernetes-version": { type: "string" },
+      "kubernetes-components": { type: "string" },
+      "cluster-name": { type: "string" },
+      "kubeconfig-out": { type: "string" },
+      "logs-out": { type: "string" },
+      timeout: { type: "string" },
+      "init-timeout": { type: "string" },
+    },
+    "cli init",
+    { repeated: "refuse" },
+  );
   const command: InitCommand = {
     node: parseEndpointFlag(required(flags.node, "--node"), "--node", NODE_EXAMPLE),
     attestationConfig: required(flags["attestation-config"], "--attestation-config"),
@@ -170,13 +175,18 @@ function parseInitFlags(args: string[]): InitCommand {
 }
 
 function parseVerifyFlags(args: string[]): CliCommand {
-  const flags = parseFlags(args, {
-    node: { type: "string" },
-    evidence: { type: "string" },
-    "attestation-config": { type: "string" },
-    output: { type: "string" },
-    timeout: { type: "string" },
-  }, "cli verify", { repeated: "refuse" });
+  const flags = parseFlags(
+    args,
+    {
+      node: { type: "string" },
+      evidence: { type: "string" },
+      "attestation-config": { type: "string" },
+      output: { type: "string" },
+      timeout: { type: "string" },
+    },
+    "cli verify",
+    { repeated: "refuse" },
+  );
   if (flags.node !== undefined && flags.evidence !== undefined) {
     throw new UsageError("give --node or --evidence, not both");
   }
@@ -196,15 +206,20 @@ function parseVerifyFlags(args: string[]): CliCommand {
 }
 
 function parseRecoverFlags(args: string[]): CliCommand {
-  const flags = parseFlags(args, {
-    node: { type: "string" },
-    "master-secret": { type: "string" },
-    "attestation-config": { type: "string" },
-    timeout: { type: "string" },
-    "disk-uuid": { type: "string" },
-    out: { type: "string" },
-    "print-hex": { type: "boolean" },
-  }, "cli recover", { repeated: "refuse" });
+  const flags = parseFlags(
+    args,
+    {
+      node: { type: "string" },
+      "master-secret": { type: "string" },
+      "attestation-config": { type: "string" },
+      timeout: { type: "string" },
+      "disk-uuid": { type: "string" },
+      out: { type: "string" },
+      "print-hex": { type: "boolean" },
+    },
+    "cli recover",
+    { repeated: "refuse" },
+  );
   const masterSecret = required(flags["master-secret"], "--master-secret");
   if (flags.node !== undefined) {
     for (const offline of ["disk-uuid", "out", "print-hex"] as const) {

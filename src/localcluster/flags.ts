@@ -81,15 +81,20 @@ export function parseClusterArgs(args: string[]): ClusterCommand | "help" {
   if (!COMMANDS.includes(command)) {
     throw new UsageError(`unknown command "${command}": one of ${COMMANDS.join(", ")}`);
   }
-  const flags = parseFlags(rest, {
-    "state-dir": { type: "string", default: DEFAULT_STATE_DIR },
-    "control-planes": { type: "string", default: "1" },
-    workers: { type: "string", default: "2" },
-    network: { type: "string", default: "auto" },
-    timeout: { type: "string", default: "300" },
-    output: { type: "string", default: "table" },
-    "cors-allow-origin": { type: "string", multiple: true },
-  }, `cluster ${command}`, { repeated: "refuse" });
+  const flags = parseFlags(
+    rest,
+    {
+      "state-dir": { type: "string", default: DEFAULT_STATE_DIR },
+      "control-planes": { type: "string", default: "1" },
+      workers: { type: "string", default: "2" },
+      network: { type: "string", default: "auto" },
+      timeout: { type: "string", default: "300" },
+      output: { type: "string", default: "table" },
+      "cors-allow-origin": { type: "string", multiple: true },
+    },
+    `cluster ${command}`,
+    { repeated: "refuse" },
+  );
   for (const arg of rest) {
     const name = /^--([a-z-]+)/.exec(arg)?.[1];
     if (name !== undefined && name !== "state-dir" && !COMMAND_FLAGS[command].includes(name)) {
