@@ -287,13 +287,19 @@ export async function loadKubeconfig(
   try {
     text = await readTextFile(path);
   } catch (error) {
-    throw new KubeconfigError("unreadable", `reading kubeconfig: ${(error as Error).message}`);
+    throw new KubeconfigError("unreadable", `reading kubeconfig ${path}: ${(error as Error).message}`);
   }
-  return await resolveConnection(parseKubeconfig(text), {
-    baseDir: dirname(path),
-    readTextFile,
-    context: options.context,
-  });
+  try {
+    return await resolveConnection(parseKubeconfig(text), {
+      baseDir: dirname(path),
+      readTextFile,
+      context: options.context,
+    });
+  } catch (error) {
+    // Which file is wrong is half the answer: a service reads more than one.
+    if (!(error instanceof KubeconfigError)) throw error;
+    throw new KubeconfigError(error.reason, `${path}: ${error.message}`, { cause: error });
+  }
 }
 
 /**

@@ -265,9 +265,20 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
   const startedAt = now();
   let writer: StateWriter | undefined;
   if (options.stateDir !== undefined) {
-    await Deno.mkdir(options.stateDir, { recursive: true, mode: 0o700 });
+    try {
+      await Deno.mkdir(options.stateDir, { recursive: true, mode: 0o700 });
+    } catch (error) {
+      if (!(error instanceof Deno.errors.AlreadyExists)) throw error;
+      throw new Error(`--state-dir ${options.stateDir} exists and is not a directory`);
+    }
     const state = await loadState(options.stateDir);
-    if (state) store.restore(state.snapshot);
+    if (state) {
+      try {
+        store.restore(state.snapshot);
+      } catch (error) {
+        throw new Error(`${options.stateDir}: ${(error as Error).message}`, { cause: error });
+      }
+    }
     writer = new StateWriter({ stateDir: options.stateDir, store, generation: state?.generation });
   }
   const persist = async () => {

@@ -484,7 +484,10 @@ process.getBuiltinModule = (id) => {
         ], { env: LAUNCHER_ENV, cwd: "/" });
         assert.equal(result.code, 1);
         const { msg } = JSON.parse(result.stderrLines.at(-1)!);
-        assert.match(msg, /^cannot start: reading kubeconfig: Requires read access to "\/etc\/shadow"/);
+        assert.match(
+          msg,
+          /^cannot start: reading kubeconfig \/etc\/shadow: Requires read access to "\/etc\/shadow"/,
+        );
       } finally {
         await Deno.remove(dir, { recursive: true });
       }

@@ -439,3 +439,18 @@ Deno.test("selectDiscoveryCluster: errors as kubeadm's rule has them", () => {
       error.message.startsWith('certificate-authority-data of cluster "" holds an invalid certificate: '),
   );
 });
+
+Deno.test("loadKubeconfig names the file in every error", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kubeconfig-" });
+  try {
+    const path = `${dir}/admin.conf`;
+    await Deno.writeTextFile(path, "- just\n- a list\n");
+    await assert.rejects(loadKubeconfig(path), { message: `${path}: kubeconfig is not a mapping` });
+    await assert.rejects(loadKubeconfig(`${dir}/absent`), (error: Error) => {
+      assert.match(error.message, new RegExp(`^reading kubeconfig ${dir}/absent: `));
+      return true;
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

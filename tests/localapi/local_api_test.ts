@@ -250,3 +250,19 @@ Deno.test("the token cleaner deletes bootstrap tokens once their expiration has 
   assert.ok(api.getObject(path("later1")), "a later expiration: kept");
   assert.ok(api.getObject(path("never1")), "no expiration: kept");
 });
+
+Deno.test("local API: a --state-dir that is a file, or holds another format's snapshot, is named", async () => {
+  await withTempDir("local-api-bad-state-", async (dir) => {
+    await Deno.writeTextFile(`${dir}/file`, "x");
+    await assert.rejects(
+      startFakeApiServer({ stateDir: `${dir}/file` }),
+      { message: `--state-dir ${dir}/file exists and is not a directory` },
+    );
+    await Deno.mkdir(`${dir}/other`);
+    await Deno.writeTextFile(`${dir}/other/${STATE_FILE}`, JSON.stringify({ version: 9, objects: [] }));
+    await assert.rejects(
+      startFakeApiServer({ stateDir: `${dir}/other` }),
+      { message: `${dir}/other: not a local API state snapshot (version 1)` },
+    );
+  });
+});
