@@ -127,15 +127,13 @@ export async function runBootstrapper(deps: RunDependencies, options: SignalOpti
       logger.info("stopping before the node lock was taken");
       stopJoinClient.abort(new Error("bootstrapper stopping"));
       await Promise.all([server.stop(), joining]);
-      // A side that took the lock while stopping had its work cut short: the node is bound, not set up.
-      if (winner) {
-        return fail(
-          logger,
-          { ok: false, error: new Error("stopped right after it") },
-          `the ${winner} side took the node lock while the bootstrapper stopped`,
-        );
-      }
-      return 0;
+      if (!winner) return 0;
+      // A side took the lock while stopping: a join runs to its end past the lock, an Init is cut short
+      // by the stop. Either way its own outcome says whether the node is set up.
+      const outcome = winner === "init" ? await server.finished : await joining;
+      return outcome.ok
+        ? done(logger, winner)
+        : fail(logger, outcome, `the ${winner} side took the node lock while the bootstrapper stopped`);
     }
     if (typeof first === "object") {
       // The join client only ends after taking the lock, so `winner` is set unless it failed on its own.

@@ -90,12 +90,14 @@ function joinNegativeNumbers(args: string[], options: ParseArgsOptionsConfig): s
  * trailing slash.
  */
 export function parseHttpUrlFlag(value: string, flag: string): string {
+  // The value is never quoted: a URL may hold a password.
   const url = URL.canParse(value) ? new URL(value) : undefined;
-  if (url === undefined || !/^https?:$/.test(url.protocol)) {
-    throw new UsageError(`invalid ${flag} "${value}": want http://host:port`);
-  }
+  if (url === undefined) throw new UsageError(`invalid ${flag}: not a URL (want http://host:port)`);
   if (url.username !== "" || url.password !== "") {
     throw new UsageError(`invalid ${flag}: no user or password in the URL`);
+  }
+  if (!/^https?:$/.test(url.protocol)) {
+    throw new UsageError(`invalid ${flag}: scheme ${url.protocol.slice(0, -1)}, want http://host:port`);
   }
   return value.replace(/\/+$/, "");
 }

@@ -13,6 +13,7 @@ import {
   parseLogLevelFlag,
   parsePort,
   parsePositive,
+  parseSeconds,
   UsageError,
 } from "../flags/flags.ts";
 import {
@@ -241,9 +242,9 @@ function nonceLifetimeMs(value: string): number {
 
 /** A number of seconds from `min` to `max`, as milliseconds. */
 function secondsInRange(value: string, flag: string, min: number, max: number): number {
-  const seconds = parsePositive(value, flag);
-  if (seconds < min || seconds > max) {
+  const ms = parseSeconds(value, flag);
+  if (ms < min * 1000 || ms > max * 1000) {
     throw new UsageError(`invalid ${flag} "${value}": want ${min} to ${max} seconds`);
   }
-  return Math.round(seconds * 1000);
+  return ms;
 }

@@ -11,7 +11,8 @@
 export function jsonSyntaxError(error: unknown): string {
   const message = error instanceof Error ? error.message : String(error);
   return message
-    .replace(/,? ".*" is not valid JSON$/s, "")
+    // The excerpt, shortened with "..." on either side for a longer text.
+    .replace(/,? (\.\.\.)?".*"(\.\.\.)? is not valid JSON$/s, "")
     // deno-lint-ignore no-control-regex
     .replace(/[\x00-\x1f\x7f-\x9f]/g, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }

@@ -25,6 +25,7 @@
  * @module
  */
 import { freePort } from "../net/free_port.ts";
+import { jsonSyntaxError } from "../json/syntax_error.ts";
 import bcrypt from "bcryptjs";
 import { TpmIssuer } from "../attestation/tpm/issuer.ts";
 import { readPcrs } from "../attestation/tpm/pcr.ts";
@@ -320,12 +321,27 @@ export async function recoverableNodes(stateDir: string): Promise<NodeIdentity[]
   const nodes: NodeIdentity[] = [];
   for await (const entry of Deno.readDir(dir)) {
     if (!entry.isDirectory) continue;
+    const file = `${dir}/${entry.name}/${NODE_IDENTITY_FILE}`;
+    let text: string;
+    try {
+      text = await Deno.readTextFile(file);
+    } catch (error) {
+      // A node whose creation failed before it was recorded: it never joined.
+      if (error instanceof Deno.errors.NotFound) continue;
+      throw error;
+    }
     let identity: NodeIdentity;
     try {
-      identity = JSON.parse(await Deno.readTextFile(`${dir}/${entry.name}/${NODE_IDENTITY_FILE}`));
+      identity = JSON.parse(text);
     } catch (error) {
-      if (error instanceof Deno.errors.NotFound) continue;
-      throw new Error(`${dir}/${entry.name}/${NODE_IDENTITY_FILE}: ${(error as Error).message}`);
+      throw new Error(`${file}: not JSON: ${jsonSyntaxError(error)}`);
+    }
+    const role: unknown = identity?.role;
+    if (
+      (role !== "ControlPlane" && role !== "Worker") || !Number.isSafeInteger(identity.index) ||
+      identity.index < 0
+    ) {
+      throw new Error(`${file}: want {"role": "ControlPlane" or "Worker", "index": <n>}`);
     }
     if (await isInitialized(nodeFiles({ dir, name: entry.name }))) {
       nodes.push({ ...identity, name: entry.name });
@@ -470,7 +486,12 @@ class Cluster implements LocalCluster {
     // First: until the bridge is created, another cluster starting may take the subnet.
     const network = await this.#createNetwork(previous.network.kind, previous.network.hostAddress);
     const kept = await recoverableNodes(stateDir);
-    if (kept[0]?.index !== 0) {
+    if (kept.length === 0) {
+      throw new Error(
+        `no node in ${stateDir}/nodes records that it joined (${NODE_IDENTITY_FILE} and an initialized disk; the state of an older version has no ${NODE_IDENTITY_FILE}): nothing to recover`,
+      );
+    }
+    if (kept[0].index !== 0) {
       throw new Error(
         `the init node of the cluster in ${stateDir} is gone or never joined: nothing to recover`,
       );

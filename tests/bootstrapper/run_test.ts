@@ -13,7 +13,7 @@ type Script =
   | "wait" // before the lock forever (until stopped)
   | "win" // takes the lock and succeeds
   | "win-then-fail" // takes the lock, then fails
-  | "lock-while-stopping"; // an Init in flight takes the lock while the server stops (its work is cut)
+  | "lock-while-stopping"; // takes the lock while the bootstrapper stops: an Init's work is cut, a join ends
 
 interface World {
   deps: RunDependencies;
@@ -66,6 +66,7 @@ function world(
           if (script === "lock-while-stopping") {
             events.push("init took the lock");
             hooks.onLocked();
+            finished.resolve({ ok: false, error: new Error("init server stopped") });
           }
           events.push("init server stopped");
           return Promise.resolve();
@@ -74,11 +75,21 @@ function world(
     },
     runJoinClient: (hooks, { signal }) =>
       new Promise<void>((resolve, reject) => {
+        const script = options.join ?? "wait";
+        if (script === "lock-while-stopping") {
+          // It was marking when the stop came: past the lock the join ignores it and runs to its end.
+          signal.addEventListener("abort", () => {
+            events.push("join took the lock");
+            hooks.onLocked();
+            events.push("join ended");
+            resolve();
+          });
+          return;
+        }
         signal.addEventListener("abort", () => {
           events.push("join client stopped");
           reject(signal.reason);
         });
-        const script = options.join ?? "wait";
         if (script === "wait") return;
         setTimeout(() => {
           events.push("join took the lock");
@@ -176,7 +187,16 @@ Deno.test("the bootstrapper's control flow", async (t) => {
         "init took the lock",
         "init server stopped",
       ],
-      wantLastLog: /the init side took the node lock while the bootstrapper stopped: .*wipe the node/,
+      wantLastLog:
+        /the init side took the node lock while the bootstrapper stopped: init server stopped; .*wipe/,
+    },
+    {
+      name: "stopped, and the join took the lock meanwhile and finished: exit 0, joined",
+      world: { join: "lock-while-stopping" },
+      stopAfterMs: 10,
+      wantExit: 0,
+      wantEvents: ["init server listening", "join took the lock", "join ended", "init server stopped"],
+      wantLastLog: /join done/,
     },
   ];
   for (const row of rows) {

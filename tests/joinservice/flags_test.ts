@@ -132,7 +132,15 @@ Deno.test("parseJoinServiceFlags() wants an http(s) metadata URL without credent
   );
   assertUsageError(
     [...base, "--metadata-url", "ftp://x"],
-    'invalid --metadata-url "ftp://x": want http://host:port',
+    "invalid --metadata-url: scheme ftp, want http://host:port",
+  );
+  assertUsageError(
+    [...base, "--metadata-url", "ftp://admin:hunter2@169.254.169.254"],
+    "invalid --metadata-url: no user or password in the URL",
+  );
+  assertUsageError(
+    [...base, "--metadata-url", "http//h"],
+    "invalid --metadata-url: not a URL (want http://host:port)",
   );
   assertUsageError(
     [...base, "--metadata-url", "http://user:pw@127.0.0.1:1/"],

@@ -18,6 +18,18 @@ Deno.test("jsonSyntaxError keeps the parser's reason and position, never the tex
   const rows: { name: string; text: string; want: RegExp; notIn?: string }[] = [
     { name: "a word", text: "not json, secret-123", want: /^Unexpected token 'o'$/, notIn: "secret-123" },
     {
+      name: "a longer text, whose excerpt V8 shortens with ... after it",
+      text: '{"key": QmFzZTY0U2VjcmV0S2V5VmFsdWU=, "b": 2, "c": 3}',
+      want: /^Unexpected token 'Q'$/,
+      notIn: "QmFz",
+    },
+    {
+      name: "an error deep in a longer text, shortened on both sides",
+      text: '{"a": 1, "b": 2, "c": 3, "key": QmFzZTY0U2VjcmV0S2V5VmFsdWU=}',
+      want: /^Unexpected token 'Q'$/,
+      notIn: "QmFz",
+    },
+    {
       name: "a line break in the text",
       text: '{\n"key": x\nsecret',
       want: /^Unexpected token/,

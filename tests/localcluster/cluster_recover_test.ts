@@ -5,7 +5,12 @@
  * node added after the recovery does not take its name.
  */
 import assert from "node:assert/strict";
-import { type LocalCluster, recoverLocalCluster, startLocalCluster } from "../../src/localcluster/cluster.ts";
+import {
+  type LocalCluster,
+  recoverableNodes,
+  recoverLocalCluster,
+  startLocalCluster,
+} from "../../src/localcluster/cluster.ts";
 import { readStatus } from "../../src/localcluster/status.ts";
 import { runToExit } from "../../src/os/service_process.ts";
 import { printLogTails } from "../support/fresh_local_cluster.ts";
@@ -80,6 +85,29 @@ Deno.test("a recovery stopped midway leaves nothing running; the next one brings
   } finally {
     await running?.close();
     if (failed) await printLogTails(`${stateDir}/logs`);
+    await Deno.remove(stateDir, { recursive: true });
+  }
+});
+
+Deno.test("recoverableNodes skips nodes never recorded and names a node record it cannot read", async () => {
+  const stateDir = await Deno.makeTempDir({ prefix: "cluster-nodes-" });
+  try {
+    await Deno.mkdir(`${stateDir}/nodes/worker-0`, { recursive: true }); // created, never recorded
+    assert.deepEqual(await recoverableNodes(stateDir), []);
+    for (
+      const [text, want] of [
+        ['{"role": "Worker", "index": ', /node\.json: not JSON: Unexpected end of JSON input$/],
+        [
+          '{"role": "Boss", "index": 1}',
+          /node\.json: want \{"role": "ControlPlane" or "Worker", "index": <n>\}$/,
+        ],
+        ['{"role": "Worker", "index": -1}', /node\.json: want/],
+      ] as const
+    ) {
+      await Deno.writeTextFile(`${stateDir}/nodes/worker-0/node.json`, text);
+      await assert.rejects(recoverableNodes(stateDir), want);
+    }
+  } finally {
     await Deno.remove(stateDir, { recursive: true });
   }
 });
