@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { LOW_ORDER_POINTS } from "../support/low_order_points.ts";
 import { Aes256Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
 import { generateKeyPair, open, PUBLIC_KEY_LENGTH, seal } from "../../src/atls/hpke.ts";
 import { sealWithEphemeralKey } from "../../src/atls/hpke_seal.ts";
@@ -255,24 +256,8 @@ Deno.test("seal uses its inputs as they were when it was called, even if the cal
   assert.deepEqual(await open(recipient, sealed, binding), text.encode("the ticket"));
 });
 
-/** X25519 public keys of small order (and their non-canonical encodings): each gives an all-zero shared secret. */
-const lowOrderPoints = [
-  "0000000000000000000000000000000000000000000000000000000000000000",
-  "0100000000000000000000000000000000000000000000000000000000000000",
-  "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
-  "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
-  "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-  "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-  "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-  "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b880",
-  "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f11d7",
-  "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
-  "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
-  "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
-];
-
 Deno.test("low-order public keys are refused with a RangeError that says why and carries no key bytes", async () => {
-  for (const hex of lowOrderPoints) {
+  for (const hex of LOW_ORDER_POINTS) {
     const error = await seal(Uint8Array.fromHex(hex), text.encode("x"), binding).then(
       () => assert.fail(`sealed to the low-order point ${hex}`),
       (error: unknown) => error,

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { LOW_ORDER_POINTS } from "../support/low_order_points.ts";
 import { DummyIssuer, DummyValidator } from "../../src/attestation/dummy.ts";
 import { createAttestedRequest } from "../../src/atls/attester.ts";
 import { ExchangeError } from "../../src/atls/errors.ts";
@@ -109,21 +110,7 @@ Deno.test("sealing to an unusable attested key fails as seal-failed", async () =
 });
 
 Deno.test("a low-order attested key is refused with the structure (seal-failed), before the nonce is spent", async () => {
-  // Every small-order point, canonical and not, with the top bit X25519 ignores clear and set.
-  const points = [
-    "0000000000000000000000000000000000000000000000000000000000000000",
-    "0100000000000000000000000000000000000000000000000000000000000000",
-    "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
-    "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
-    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-    "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-  ].flatMap((hex) => {
-    const point = Uint8Array.fromHex(hex);
-    const high = point.slice();
-    high[31] |= 0x80;
-    return [point, high];
-  });
+  const points = LOW_ORDER_POINTS.map((hex) => Uint8Array.fromHex(hex));
   for (const publicKey of points) {
     const { nonces, options } = await setup();
     // The seal at the end would fail for this key: the early refusal says the same.
