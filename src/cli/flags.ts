@@ -75,11 +75,13 @@ cli verify (--node HOST:PORT | --evidence FILE) --attestation-config FILE [--out
   value. Exit status 0 only when the attestation passes. --evidence checks evidence saved
   to a file instead (the browser console's "Download evidence"), for the nonce in it.
 
-cli recover --node HOST:PORT --master-secret FILE --attestation-config FILE [--timeout <seconds>]
+cli recover --node HOST:PORT [--node HOST:PORT …] --master-secret FILE --attestation-config FILE
+            [--timeout <seconds>]
   The node's rejoin serves the recovery on port 9999 while no join service answers it.
   Its attestation is verified against the config, then the master secret is sent sealed to
-  it; the node derives its disk key and cluster ID and boots on. --timeout: how long to wait
-  for the node (default ${VERIFY_TIMEOUT_SECONDS} s).
+  it; the node derives its disk key and cluster ID and boots on. Every --node is tried in
+  order (all control planes after a full power-off), also after one failed. --timeout: how
+  long to wait for each node (default ${VERIFY_TIMEOUT_SECONDS} s).
 
 cli recover --master-secret FILE --disk-uuid UUID (--out FILE | --print-hex)
   The disk key (raw 32 bytes) to a new 0600 file, for cryptsetup open --key-file FILE;
@@ -205,11 +207,21 @@ function parseVerifyFlags(args: string[]): CliCommand {
   };
 }
 
+/** The `--node` values of `cli recover`: endpoints, none twice. */
+function recoverNodes(values: string[]): string[] {
+  const nodes = values.map((value) =>
+    parseEndpointFlag(required(value, "--node"), "--node", RECOVER_NODE_EXAMPLE)
+  );
+  const twice = nodes.find((node, i) => nodes.indexOf(node) !== i);
+  if (twice !== undefined) throw new UsageError(`--node ${twice} is given twice`);
+  return nodes;
+}
+
 function parseRecoverFlags(args: string[]): CliCommand {
   const flags = parseFlags(
     args,
     {
-      node: { type: "string" },
+      node: { type: "string", multiple: true },
       "master-secret": { type: "string" },
       "attestation-config": { type: "string" },
       timeout: { type: "string" },
@@ -228,7 +240,7 @@ function parseRecoverFlags(args: string[]): CliCommand {
     return {
       command: "recover-node",
       recover: {
-        node: parseEndpointFlag(required(flags.node, "--node"), "--node", RECOVER_NODE_EXAMPLE),
+        nodes: recoverNodes(flags.node),
         masterSecret,
         attestationConfig: required(flags["attestation-config"], "--attestation-config"),
         timeoutMs: seconds(flags.timeout, "--timeout", VERIFY_TIMEOUT_SECONDS),

@@ -71,13 +71,13 @@ export async function runRecover(command: RecoverCommand, print: (line: string) 
 
 /** What `cli recover --node` is asked to do. */
 export interface RecoverNodeCommand {
-  /** The node's recovery server, "host:port". */
-  node: string;
+  /** The nodes' recovery servers, "host:port" each, recovered in this order. */
+  nodes: string[];
   /** The master secret file (read, never created). */
   masterSecret: string;
   /** The attestation config file the node's evidence must satisfy. */
   attestationConfig: string;
-  /** How long to wait for the node, in ms. */
+  /** How long to wait for each node, in ms. */
   timeoutMs: number;
 }
 
@@ -99,48 +99,65 @@ export async function runRecoverNode(
 ): Promise<void> {
   const validator = configValidator(await readAttestationConfigFile(command.attestationConfig), env.logger);
   const secret = await readMasterSecretFile(command.masterSecret);
-  const timeout = AbortSignal.timeout(command.timeoutMs);
-  const signal = env.signal ? AbortSignal.any([env.signal, timeout]) : timeout;
-  using connection = connectNode(command.node);
-  let result;
-  try {
-    result = await recoverNode(
-      { kmsUri: encodeMasterSecretUri(secret), storageUri: NO_STORE_URI },
-      { transport: connection.transport, validator, signal },
-    );
-  } catch (error) {
-    if (!(error instanceof NodeExchangeError)) throw error;
-    throw describeRecoverFailure(error, command, signal);
+  const kmsUri = encodeMasterSecretUri(secret);
+  // Every node is tried, in order, whatever the others did: one node down must not keep the rest locked.
+  const failures: { node: string; error: CliError }[] = [];
+  for (const node of command.nodes) {
+    const timeout = AbortSignal.timeout(command.timeoutMs);
+    const signal = env.signal ? AbortSignal.any([env.signal, timeout]) : timeout;
+    using connection = connectNode(node);
+    let result;
+    try {
+      result = await recoverNode(
+        { kmsUri, storageUri: NO_STORE_URI },
+        { transport: connection.transport, validator, signal },
+      );
+    } catch (error) {
+      if (!(error instanceof NodeExchangeError)) throw error;
+      const failure = describeRecoverFailure(error, node, command.attestationConfig, signal);
+      if (env.signal?.aborted) throw failure;
+      failures.push({ node, error: failure });
+      continue;
+    }
+    env.print(`recovered node ${node}: its state disk ${result.diskUuid} opens with the cluster's key`);
+    env.print(`cluster ID: ${result.clusterId.toHex()}`);
+    env.print("the node boots on: its state disk is mapped, and the kubelet starts with its credentials");
   }
-  env.print(`recovered node ${command.node}: its state disk ${result.diskUuid} opens with the cluster's key`);
-  env.print(`cluster ID: ${result.clusterId.toHex()}`);
-  env.print("the node boots on: its state disk is mapped, and the kubelet starts with its credentials");
+  if (failures.length === 0) return;
+  if (command.nodes.length === 1) throw failures[0].error;
+  throw new CliError(
+    failures[0].error.reason,
+    `recovered ${command.nodes.length - failures.length} of ${command.nodes.length} nodes; ${
+      failures.map((failure) => failure.error.message).join("; ")
+    }`,
+  );
 }
 
 /** A failed recovery in the operator's words. */
 function describeRecoverFailure(
   error: NodeExchangeError,
-  command: RecoverNodeCommand,
+  node: string,
+  attestationConfig: string,
   signal: AbortSignal,
 ): CliError {
   switch (error.reason) {
     case "attestation-rejected":
       return new CliError(
         "attestation",
-        `${error.message}. Nothing was sent. If the node runs the image you expect, the measurements in ${command.attestationConfig} are wrong (compare with cli verify)`,
+        `node ${node}: ${error.message}. Nothing was sent. If the node runs the image you expect, the measurements in ${attestationConfig} are wrong (compare with cli verify)`,
         { cause: error },
       );
     case "refused":
       return new CliError(
         "refused",
-        `node ${command.node} refused the recovery: ${error.serverMessage}${
+        `node ${node} refused the recovery: ${error.serverMessage}${
           wrongServerHint(error.code, RECOVERY_SERVER)
         }`,
         { cause: error },
       );
     case "unavailable":
     case "canceled":
-      return describeNodeCallError(error.cause ?? error, command.node, signal, RECOVERY_SERVER);
+      return describeNodeCallError(error.cause ?? error, node, signal, RECOVERY_SERVER);
     default:
       return new CliError("protocol", error.message, { cause: error });
   }

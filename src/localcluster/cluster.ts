@@ -170,7 +170,7 @@ export interface LocalNode {
    * the rejoin unit does before the bootstrapper), then the bootstrapper
    * (which, on a node bound again, starts the kubelet and exits). A control
    * plane that no join service answers waits for
-   * {@linkcode LocalCluster.recoverNode}. Rejects when the rejoin or the
+   * {@linkcode LocalCluster.recoverNodes}. Rejects when the rejoin or the
    * bootstrapper failed (the node's phase says why).
    */
   reboot(): Promise<{ rejoin: ProcessResult; boot: ProcessResult }>;
@@ -209,14 +209,15 @@ export interface LocalCluster extends AsyncDisposable {
   /** Starts the key and join services of control plane `name` (after the init or its join). */
   startServices(name: string): Promise<void>;
   /**
-   * The operator's recovery of control plane `name`: once its rejoin serves
-   * the recovery ({@linkcode NodeStatus.recoveryEndpoint}), runs `cli recover`
-   * (its own process) with the cluster's master secret and attestation
-   * config; resolves to its result (exit status 0: the node is bound again).
-   * Rejects when the node's rejoin ends without serving one, or nothing
-   * happened within `options.timeoutMs` (default the cluster's timeout).
+   * The operator's recovery of control planes `names`: once each one's rejoin
+   * serves the recovery ({@linkcode NodeStatus.recoveryEndpoint}), runs one
+   * `cli recover` (its own process) with every node's `--node`, the cluster's
+   * master secret and attestation config; resolves to its result (exit status
+   * 0: every node is bound again). Rejects when a node's rejoin ends without
+   * serving one, or nothing happened within `options.timeoutMs` (default the
+   * cluster's timeout).
    */
-  recoverNode(name: string, options?: { timeoutMs?: number }): Promise<ProcessResult>;
+  recoverNodes(names: readonly string[], options?: { timeoutMs?: number }): Promise<ProcessResult>;
   /** Stops everything and removes the network; the state directory stays. */
   close(): Promise<void>;
 }
@@ -287,7 +288,7 @@ export function startLocalCluster(options: LocalClusterOptions): Promise<LocalCl
  * had joined boots again (its swtpm restarted on its state, so PCR 15 is
  * zero; `/run` empty, so its disk's key file is gone) and runs
  * `bootstrapper rejoin`; no join service runs, so the control planes wait
- * for the operator's recovery, which {@linkcode LocalCluster.recoverNode}
+ * for the operator's recovery, which {@linkcode LocalCluster.recoverNodes}
  * gives each with the real `cli recover`; then the control planes' key and
  * join services start again and the workers rejoin through them. The network
  * gets its old addresses back (its certificates and kubeconfigs name them).
@@ -510,17 +511,17 @@ class Cluster implements LocalCluster {
     const left = () => this.#timeoutMs(started);
     const rejoins = new Map(nodes.map((node) => [node.name, this.#rejoin(node, left())]));
     const controlPlanes = nodes.filter((node) => node.role === "ControlPlane");
-    await Promise.all(controlPlanes.map(async (node) => {
-      const recovered = await this.recoverNode(node.name, { timeoutMs: left() });
-      if (recovered.code !== 0) {
-        throw new Error(
-          `cli recover of ${node.name} failed: ${
-            recovered.stderrLines.at(-1) ?? `status ${recovered.code}`
-          } (see ${this.#recoverLog})`,
-        );
-      }
-      await this.#bootAfter(node, await rejoins.get(node.name)!, left());
-    }));
+    const recovered = await this.recoverNodes(controlPlanes.map((node) => node.name), { timeoutMs: left() });
+    if (recovered.code !== 0) {
+      throw new Error(
+        `cli recover failed: ${
+          recovered.stderrLines.at(-1) ?? `status ${recovered.code}`
+        } (see ${this.#recoverLog})`,
+      );
+    }
+    await Promise.all(
+      controlPlanes.map(async (node) => this.#bootAfter(node, await rejoins.get(node.name)!, left())),
+    );
     // On loopback only the first control plane's join service is reachable, as in up.
     for (const node of network.kind === "netns" ? controlPlanes : controlPlanes.slice(0, 1)) {
       await this.startServices(node.name);
@@ -688,9 +689,24 @@ class Cluster implements LocalCluster {
     });
   }
 
-  async recoverNode(name: string, options: { timeoutMs?: number } = {}): Promise<ProcessResult> {
+  async recoverNodes(names: readonly string[], options: { timeoutMs?: number } = {}): Promise<ProcessResult> {
     const since = Date.now();
     const timeoutMs = options.timeoutMs ?? this.#timeoutMs();
+    const endpoints = await Promise.all(names.map((name) => this.#recoveryEndpoint(name, timeoutMs)));
+    return await this.#run("cli-recover", [], [
+      "run",
+      "-P=cli",
+      "--no-prompt",
+      `${REPO_ROOT}src/cli/main.ts`,
+      "recover",
+      ...endpoints.flatMap((endpoint) => ["--node", endpoint]),
+      ...["--master-secret", this.paths.masterSecret],
+      ...["--attestation-config", this.paths.attestationConfig, "--timeout", "60"],
+    ], { log: this.#recoverLog, timeoutMs: Math.max(1, timeoutMs - (Date.now() - since)) });
+  }
+
+  /** Where node `name`'s rejoin serves the recovery, once it does. */
+  async #recoveryEndpoint(name: string, timeoutMs: number): Promise<string> {
     const record = this.#nodes.get(name);
     let rejoinSeen = false;
     const status = await this.#waitFor(name, "serving a recovery", (status) => {
@@ -699,15 +715,7 @@ class Cluster implements LocalCluster {
       else if (rejoinSeen) throw new Error(`node ${name}: its rejoin ended without serving a recovery`);
       return false;
     }, timeoutMs);
-    return await this.#run(`${name}/cli-recover`, [], [
-      "run",
-      "-P=cli",
-      "--no-prompt",
-      `${REPO_ROOT}src/cli/main.ts`,
-      "recover",
-      ...["--node", status.recoveryEndpoint!, "--master-secret", this.paths.masterSecret],
-      ...["--attestation-config", this.paths.attestationConfig, "--timeout", "60"],
-    ], { log: this.#recoverLog, timeoutMs: Math.max(1, timeoutMs - (Date.now() - since)) });
+    return status.recoveryEndpoint!;
   }
 
   get #recoverLog(): string {

@@ -214,8 +214,24 @@ Deno.test("command line: one-line usage errors", () => {
   );
   assert.deepEqual(parseCliArgs([...recoverNode, "--attestation-config", "a", "--timeout", "5"]), {
     command: "recover-node",
-    recover: { node: "10.0.0.1:9999", masterSecret: "m", attestationConfig: "a", timeoutMs: 5000 },
+    recover: { nodes: ["10.0.0.1:9999"], masterSecret: "m", attestationConfig: "a", timeoutMs: 5000 },
   });
+  // Every control plane in one command, in the order given.
+  const twoNodes = [...recoverNode, "--node", "[fd00::2]:9999", "--attestation-config", "a"];
+  assert.deepEqual(parseCliArgs(twoNodes), {
+    command: "recover-node",
+    recover: {
+      nodes: ["10.0.0.1:9999", "[fd00::2]:9999"],
+      masterSecret: "m",
+      attestationConfig: "a",
+      timeoutMs: 30_000,
+    },
+  });
+  usage(
+    [...recoverNode, "--node", "10.0.0.1:9999", "--attestation-config", "a"],
+    /^--node 10.0.0.1:9999 is given twice$/,
+  );
+  usage([...recoverNode, "--node", "10.0.0.2", "--attestation-config", "a"], /invalid --node "10.0.0.2"/);
   usage(["verify", "--node", "10.0.0.1", "--attestation-config", "a"], /invalid --node/);
   usage(["verify", "--node", "10.0.0.1:9000", "--attestation-config", "a", "--output", "yaml"], /--output/);
   usage(["init", "--node", "10.0.0.1:9000"], /missing --attestation-config/);

@@ -232,9 +232,20 @@ Deno.test("cli processes against a bootstrapper cluster: verify, init, recover",
         assert.match(wrong.stderrLines.at(-1)!, /refused the recovery: the master secret does not open/);
         assert.equal((await node0.pcr15()).toHex(), "00".repeat(32), "nothing bound");
 
-        const result = await cli(recoverArgs(masterSecret));
-        assert.equal(result.code, 0, output(result));
+        // Two nodes, the first one down: the second is recovered all the same, and the exit says what failed.
+        const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+        const down = `127.0.0.1:${(listener.addr as Deno.NetAddr).port}`;
+        listener.close();
+        const both = recoverArgs(masterSecret);
+        both.splice(1, 0, "--node", down);
+        const result = await cli([...both, "--timeout", "5"]);
+        assert.equal(result.code, 1, output(result));
+        assert.match(output(result), new RegExp(`^recovered node ${recovery}: its state disk`, "m"));
         assert.match(output(result), new RegExp(`^cluster ID: ${clusterId}$`, "m"));
+        assert.match(
+          result.stderrLines.at(-1)!,
+          new RegExp(`^cli: recovered 1 of 2 nodes; node ${down} is unreachable`),
+        );
         const status = await rejoin.status;
         assert.equal(status.code, 0, rejoin.stderrLines.slice(-5).join("\n"));
         assert.ok(
