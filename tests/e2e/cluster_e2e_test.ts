@@ -4,7 +4,7 @@
  * namespace: what the ticket flow created, and the attacks and faults a
  * cluster must survive (a node with other measurements, a worker asking to
  * be a control plane, a dummy node, the join service killed while nodes
- * join, a rebooted worker), and the whole cluster powered off and recovered
+ * join, a rebooted worker, a rebooted control plane), and the whole cluster powered off and recovered
  * (`recoverLocalCluster`: the control planes through the real `cli recover`).
  */
 import assert from "node:assert/strict";
@@ -234,6 +234,29 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
       assert.match(boot.stderrLines.join("\n"), /bound to a cluster/);
       assert.equal(worker.status.phase, "joined");
     });
+
+    await step(
+      "a rebooted control plane offers the recovery but rejoins through the other control plane's join service",
+      async () => {
+        const cp1 = cluster.node("control-plane-1");
+        const cp0Endpoint = cluster.node("control-plane-0").status.joinServiceEndpoint!;
+        await cluster.stopServices(cp1.name); // its pods go down with it
+        const { rejoin } = await cp1.reboot();
+        const lines = rejoin.stderrLines.join("\n");
+        assert.match(lines, /"msg":"recovery server listening"/, "a control plane offers the recovery");
+        assert.match(
+          lines,
+          new RegExp(`"msg":"rejoined: PCR 15 bound to the cluster again".*"source":"${cp0Endpoint}"`),
+        );
+        assert.equal((await cp1.pcr15()).toHex(), await extended(new Uint8Array(32), clusterId));
+        // The recovery server went with the rejoin: nothing listens on its port any more.
+        await assert.rejects(
+          Deno.connect({ hostname: cp1.network.address, port: 9999 }),
+          Deno.errors.ConnectionRefused,
+        );
+        await cluster.startServices(cp1.name);
+      },
+    );
 
     await step(
       "every node powered off: the cluster recovers, its control planes through cli recover",
