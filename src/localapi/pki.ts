@@ -9,6 +9,7 @@
  */
 import { type KubeletCa, parseKubeletCa } from "../joinservice/kubeletca.ts";
 import type { Certificate } from "../x509/certificate.ts";
+import { checkTlsKeyPair, TlsKeyPairError } from "../x509/tls_key_pair.ts";
 
 /** A certificate authority as PEM and as parsed objects. */
 export interface CertificateAuthority {
@@ -38,8 +39,8 @@ const FILES = ["ca.crt", "ca.key", "apiserver.crt", "apiserver.key"] as const;
 
 /**
  * Loads the cluster PKI from `pkiDir`; undefined while any file is missing
- * or does not hold a matching CA certificate and key yet (kubeadm is
- * still writing them).
+ * or does not hold a matching certificate and key yet, the CA's or the
+ * server's (kubeadm is still writing them).
  */
 export async function loadClusterPki(pkiDir: string): Promise<ClusterPki | undefined> {
   let texts: string[];
@@ -55,6 +56,13 @@ export async function loadClusterPki(pkiDir: string): Promise<ClusterPki | undef
     loaded = await parseKubeletCa(caPem, caKeyPem);
   } catch {
     return undefined;
+  }
+  // A serving pair Deno's TLS cannot use would fail every handshake from then on, without a word.
+  try {
+    checkTlsKeyPair({ cert: serverPem, key: serverKeyPem }, { cert: "apiserver.crt", key: "apiserver.key" });
+  } catch (error) {
+    if (error instanceof TlsKeyPairError) return undefined;
+    throw error;
   }
   const { certificate, privateKey } = loaded;
   return {

@@ -71,16 +71,24 @@ export async function readTlsKeyPair(options: ReadTlsKeyPairOptions): Promise<Tl
     description: options.keyName ?? "TLS key",
     minLength: 0,
   });
-  const cert = decoder.decode(certBytes);
-  const key = decoder.decode(keyBytes);
+  const pair = { cert: decoder.decode(certBytes), key: decoder.decode(keyBytes) };
   keyBytes.fill(0);
+  checkTlsKeyPair(pair, { cert: certLabel, key: keyLabel });
+  return pair;
+}
 
-  const certificate = parseCertificate(cert, certLabel);
-  const privateKey = parsePrivateKey(key, keyLabel);
+/**
+ * Checks PEM texts as {@linkcode readTlsKeyPair} checks its files' content;
+ * `labels` name the certificate and the key in errors.
+ *
+ * @throws {TlsKeyPairError}
+ */
+export function checkTlsKeyPair(pair: TlsKeyPair, labels: { cert: string; key: string }): void {
+  const certificate = parseCertificate(pair.cert, labels.cert);
+  const privateKey = parsePrivateKey(pair.key, labels.key);
   if (!certificate.checkPrivateKey(privateKey)) {
-    throw new TlsKeyPairError(`${keyLabel} is not the key of the certificate in ${certLabel}`);
+    throw new TlsKeyPairError(`${labels.key} is not the key of the certificate in ${labels.cert}`);
   }
-  return { cert, key };
 }
 
 function parseCertificate(pem: string, label: string): X509Certificate {

@@ -142,6 +142,39 @@ Deno.test("fake apiserver (pkiDir): drops connections until kubeadm's PKI exists
   }
 });
 
+Deno.test("fake apiserver (pkiDir): a serving key still being written is not served, the finished one is", async (t) => {
+  const pkiDir = await Deno.makeTempDir({ prefix: "fake-apiserver-pki-" });
+  try {
+    await using server = await startFakeApiServer({ pkiDir, pkiPollMs: 20 });
+    let served = false;
+    server.whenServing().then(() => served = true, () => {});
+    const ca = await createTestCa("CN=kubernetes");
+    const apiServer = await issueLoopbackServerCert(ca, "CN=kube-apiserver");
+    const other = await issueLoopbackServerCert(ca, "CN=kube-apiserver");
+    await Deno.writeTextFile(`${pkiDir}/ca.key`, ca.keyPem);
+    await Deno.writeTextFile(`${pkiDir}/ca.crt`, ca.certPem);
+    await Deno.writeTextFile(`${pkiDir}/apiserver.crt`, apiServer.certPem);
+    const unfinished: [string, string][] = [
+      ["an empty apiserver.key (opened, not yet written)", ""],
+      ["half of apiserver.key", apiServer.keyPem.slice(0, apiServer.keyPem.length / 2)],
+      ["another key than apiserver.crt's", other.keyPem],
+    ];
+    for (const [name, text] of unfinished) {
+      await t.step(name, async () => {
+        await Deno.writeTextFile(`${pkiDir}/apiserver.key`, text);
+        await new Promise((resolve) => setTimeout(resolve, 100)); // five polls
+        assert.equal(served, false, "the server took a key it cannot serve with");
+      });
+    }
+    await Deno.writeTextFile(`${pkiDir}/apiserver.key`, apiServer.keyPem);
+    await server.whenServing({ signal: AbortSignal.timeout(5000) });
+    const health = await get(server, ca.certPem, "/healthz");
+    assert.deepEqual(health, { status: 200, body: "ok" }, "the finished pair is served");
+  } finally {
+    await Deno.remove(pkiDir, { recursive: true });
+  }
+});
+
 Deno.test("fake apiserver (pkiDir): closing before the PKI appears rejects whenServing", async () => {
   const pkiDir = await Deno.makeTempDir({ prefix: "fake-apiserver-pki-" });
   try {
