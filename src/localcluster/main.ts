@@ -198,8 +198,11 @@ async function down(stateDir: string): Promise<number> {
 
 /** The lock `up` and `recover` hold in the state directory while they run (released when they exit). */
 const LOCK_FILE = ".lock";
-/** How long a second `up` or `recover` waits for the lock before it gives up. */
-const LOCK_WAIT_MS = 200;
+/**
+ * How long a second `up` or `recover` waits for the lock before it gives up; the lock call of the only
+ * one runs on a thread of its own, which a busy machine can keep waiting for a while.
+ */
+const LOCK_WAIT_MS = 3_000;
 /** The locks' files, open (so held) while this process runs. */
 const heldLocks: Deno.FsFile[] = [];
 
@@ -211,10 +214,12 @@ const heldLocks: Deno.FsFile[] = [];
 async function lockStateDir(stateDir: string): Promise<void> {
   await Deno.mkdir(stateDir, { recursive: true });
   const file = await Deno.open(`${stateDir}/${LOCK_FILE}`, { create: true, write: true });
+  let timer: ReturnType<typeof setTimeout> | undefined;
   const locked = await Promise.race([
     file.lock(true).then(() => true),
-    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), LOCK_WAIT_MS)),
+    new Promise<boolean>((resolve) => timer = setTimeout(() => resolve(false), LOCK_WAIT_MS)),
   ]);
+  clearTimeout(timer);
   if (!locked) {
     throw new Error(`another cluster up or recover is working on ${stateDir}: wait for it, or cluster down`);
   }

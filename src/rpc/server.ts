@@ -23,7 +23,8 @@ import {
 } from "@connectrpc/connect";
 import { guardHttp2Teardown } from "./http2_guard.ts";
 import { createRpcHandler, type RpcRequest, type RpcResponse } from "./handler.ts";
-import { type ConnectionLimits, DEFAULT_CONNECTION_LIMITS, IDLE_CLOSE_GRACE_MS } from "./limits.ts";
+import { type ConnectionLimits, DEFAULT_CONNECTION_LIMITS } from "./limits.ts";
+import { closeWhenIdle } from "./idle_close.ts";
 import { PeerSlots } from "../limits/peer_slots.ts";
 import { peerAddressKey } from "./peer.ts";
 
@@ -146,7 +147,7 @@ export async function serveRpc(options: ServeRpcOptions): Promise<RpcServer> {
     session.once("close", () => sessions.delete(session));
     session.on("error", () => {});
     const socket = connections.socketOf(session);
-    if (socket) closeWhenIdle(session, socket, limits.idleTimeoutMs);
+    if (socket) closeWhenIdle(session, socket, { idleMs: limits.idleTimeoutMs });
     else session.destroy(); // its connection is already gone
     closeOnResetFlood(session);
   });
@@ -243,39 +244,6 @@ class Connections {
     const socket = session.socket as Socket | undefined; // gone once the session is destroyed
     return socket && this.#sockets.get(`${socket.remoteAddress}:${socket.remotePort}`);
   }
-}
-
-/**
- * Closes `session` (GOAWAY) once it has had no stream open for `idleMs`, and
- * destroys its socket if it is still open {@linkcode IDLE_CLOSE_GRACE_MS}
- * later (a peer that never closes its side would otherwise keep it
- * half-open). Only calls count as activity: a peer that trickles PINGs,
- * SETTINGS or an unfinished header block is idle.
- */
-function closeWhenIdle(session: http2.ServerHttp2Session, socket: Socket, idleMs: number): void {
-  let open = 0;
-  let idle: ReturnType<typeof setTimeout> | undefined;
-  let force: ReturnType<typeof setTimeout> | undefined;
-  const arm = () => {
-    idle = setTimeout(() => {
-      session.close();
-      force = setTimeout(() => socket.destroy(), IDLE_CLOSE_GRACE_MS);
-    }, idleMs);
-  };
-  session.on("stream", (stream: http2.ServerHttp2Stream) => {
-    open++;
-    clearTimeout(idle);
-    stream.once("close", () => {
-      open--;
-      if (open === 0 && !session.closed && !session.destroyed) arm();
-    });
-  });
-  session.once("close", () => clearTimeout(idle));
-  socket.once("close", () => {
-    clearTimeout(idle);
-    clearTimeout(force);
-  });
-  arm();
 }
 
 /** Streams a client may reset within {@linkcode RESET_WINDOW_MS} before its connection is closed. */

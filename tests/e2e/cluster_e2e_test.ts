@@ -199,7 +199,10 @@ Deno.test("e2e: a 2+3 node cluster on swtpm; attacks and faults are refused or s
         await cluster.addNode({ role: "Worker", name: "worker-late-0" }),
         await cluster.addNode({ role: "Worker", name: "worker-late-1" }),
       ];
-      await cluster.waitForPhase(late[0].name, ["attesting", "joining", "joined"], 30_000);
+      // Both past "listening" (phase waiting, "for Init or a join service"), so that "waiting" below is the kill's.
+      for (const node of late) {
+        await cluster.waitForPhase(node.name, ["attesting", "joining", "joined"], 30_000);
+      }
       for (const name of ["control-plane-0", "control-plane-1"]) await cluster.stopServices(name, "SIGKILL");
       for (const node of late) {
         const status = await cluster.waitForPhase(node.name, ["waiting", "joined"], 30_000);

@@ -32,7 +32,7 @@ async function withProxiedApi(
   });
   using client = new KubernetesClient(
     { server: proxy.url, caPem: api.caPem, namespace: "default" },
-    { timeoutMs: 400 },
+    { timeoutMs: 1_000 },
   );
   await fn({ api, proxy, client });
 }
@@ -72,10 +72,15 @@ Deno.test("a token create the node gives up on mid-request is deleted again", as
   await withProxiedApi(async ({ api, proxy, client }) => {
     proxy.inject({ fault: "hang-after-write", methods: ["POST"], times: 1 });
     const gone = new AbortController();
-    setTimeout(() => gone.abort(new DOMException("the node disconnected", "AbortError")), 150);
-    const error = await rejection(
+    const outcome = rejection(
       bootstrapTokens({ client, clock: systemClock }).create({ signal: gone.signal }),
     );
+    // The node leaves once the create took effect and its answer hangs: on that event, not after a guess.
+    let settled = false;
+    outcome.finally(() => settled = true);
+    while (proxy.hanging === 0 && !settled) await new Promise((resolve) => setTimeout(resolve, 5));
+    gone.abort(new DOMException("the node disconnected", "AbortError"));
+    const error = await outcome;
     assert.ok(error instanceof DOMException && error.name === "AbortError", String(error));
     assert.equal(proxy.counts["hang-after-write"], 1);
     assert.deepEqual(await secretNames(api), [], "a token is left in the API");

@@ -108,12 +108,18 @@ async function attack(t: Deno.TestContext, victim: Victim): Promise<void> {
 
   await t.step("rapid reset: streams opened and reset at once end the connection", async () => {
     // A burst: nghttp2 sends GOAWAY after about 1,000 resets.
-    const burst = await floodStreams(victim.target, { streams: 5000, holdMs: 500, reset: true });
+    const burst = await floodStreams(victim.target, {
+      streams: 5000,
+      holdMs: 10_000,
+      untilEnded: true,
+      reset: true,
+    });
     assert.ok(burst.connectionClosed, "the server ends a connection that resets 5,000 streams in a burst");
     // Paced below nghttp2's own limit: the server closes after 100 resets within 10 s.
     const paced = await floodStreams(victim.target, {
       streams: 150,
-      holdMs: 500,
+      holdMs: 10_000,
+      untilEnded: true,
       reset: true,
       batch: 10,
       pauseMs: 20,
@@ -204,7 +210,7 @@ Deno.test("client processes survive the server's GOAWAY on idle and busy connect
       "50",
       "4",
       String(IDLE_TIMEOUT_SECONDS * 1000 + 300),
-    ], { cwd: REPO_ROOT });
+    ], { cwd: REPO_ROOT, timeoutMs: 60_000 }); // 4 rounds sleep past the idle timeout: 20 s is tight under load
     assert.deepEqual(
       [idle.code, idle.stdoutLines],
       [0, ["survived"]],

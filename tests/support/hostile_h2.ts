@@ -11,6 +11,7 @@
 import * as net from "node:net";
 import * as tls from "node:tls";
 import * as h2 from "./h2_frames.ts";
+import { sleep } from "../../src/async/sleep.ts";
 
 /** Where to attack: an RPC server and one of its unary methods. */
 export interface H2Target {
@@ -169,8 +170,10 @@ export interface StreamFloodResult {
 export interface StreamFloodOptions {
   /** Streams to open. */
   streams: number;
-  /** How long to hold the connection afterwards. */
+  /** How long to hold the connection afterwards (at most, with `untilEnded`). */
   holdMs: number;
+  /** Stop holding once the server ends the connection (GOAWAY or close). */
+  untilEnded?: boolean;
   /** Reset each stream (RST_STREAM CANCEL) right after opening it. */
   reset?: boolean;
   /** Streams per write; default 200. */
@@ -185,7 +188,8 @@ export interface StreamFloodOptions {
  * Opens `streams` streams on one connection (request HEADERS without
  * END_STREAM, so each waits for a body that never comes; with `reset`, each
  * is reset right after it is opened), holds the connection for `holdMs`
- * while `during` runs, then closes it.
+ * (or until the server ends it, with `untilEnded`) while `during` runs,
+ * then closes it.
  */
 export async function floodStreams(
   target: H2Target,
@@ -200,6 +204,7 @@ export async function floodStreams(
   };
   let serverSettings!: () => void;
   const settingsReceived = new Promise<void>((resolve) => serverSettings = resolve);
+  const ended = new AbortController();
   const reading = readFrames(conn, (type, flags, _stream, payload) => {
     if (type === h2.FrameType.SETTINGS && !(flags & h2.Flag.ACK)) {
       for (let i = 0; i + 6 <= payload.length; i += 6) {
@@ -214,10 +219,12 @@ export async function floodStreams(
     } else if (type === h2.FrameType.GOAWAY) {
       result.connectionClosed = true;
       result.goawayCode ??= new DataView(payload.buffer, payload.byteOffset).getUint32(4);
+      ended.abort();
     }
   }).then(() => {
     result.connectionClosed = true;
     serverSettings();
+    ended.abort();
   });
   try {
     await conn.write(h2.concat(h2.PREFACE, h2.settings()));
@@ -232,7 +239,8 @@ export async function floodStreams(
         if (options.pauseMs) await sleep(options.pauseMs);
       }
     }
-    await Promise.all([sleep(options.holdMs), options.during?.()]);
+    const held = sleep(options.holdMs, options.untilEnded ? ended.signal : undefined).catch(() => {});
+    await Promise.all([held, options.during?.()]);
   } catch {
     result.connectionClosed = true;
   } finally {
@@ -342,8 +350,4 @@ function closeQuietly(conn: Deno.Conn): void {
   } catch {
     // Already closed.
   }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -76,6 +76,7 @@ import { type AttestedJoinRequest, attestedJoinRequest, openJoinTicket } from ".
 import { createTestCa, issueLoopbackServerCert, privateKeyToPem, type TestCa } from "./pki.ts";
 import { type RunningService, runToExit, startService } from "../../src/os/service_process.ts";
 import { startSwtpm, type Swtpm } from "../../src/localcluster/swtpm.ts";
+import { freePort } from "../../src/net/free_port.ts";
 
 /** The join service's "listening" log line; group 1 is the join.API port. */
 export const JOIN_SERVICE_LISTENING = /"msg":"listening".*"port":(\d+)/;
@@ -621,8 +622,9 @@ export async function startKeyServiceProcess(
       ),
       { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT },
     );
-  let running: RunningService | undefined = await spawn(0);
-  const port = running.port;
+  // Not port 0: while the service is down, another port-0 listener could take an ephemeral port.
+  const port = freePort();
+  let running: RunningService | undefined = await spawn(port);
   return {
     port,
     endpoint: `127.0.0.1:${port}`,

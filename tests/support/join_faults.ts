@@ -38,6 +38,7 @@ import { slowloris } from "./hostile_h2.ts";
 import { generateNodeKeys, nodeCsr } from "./join_cluster.ts";
 import { attestedJoinRequest, openJoinTicket } from "./join_request.ts";
 import type { DeliveredTicket, Joiners } from "./node_joiners.ts";
+import { sleep } from "../../src/async/sleep.ts";
 
 /** How long faults last: short in CI, longer in the benchmark. */
 export interface FaultScale {
@@ -462,10 +463,6 @@ function codeOf(error: unknown): string {
     : error instanceof Error
     ? error.name
     : String(error);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** A stretch of a run that orphans are counted for: a fault, or e.g. the load stopping. */
