@@ -42,6 +42,8 @@ import {
 } from "../joinservice/components.ts";
 import { k8sCompliantHostname } from "../kubernetes/nodename.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
+import { sleep } from "../async/sleep.ts";
+import { errorFields } from "./retry.ts";
 import { ReasonError } from "../reason_error.ts";
 import { joinHostPort } from "../net/endpoint.ts";
 import { type KubeadmInitConfig, KUBERNETES_PORT } from "./kubeadm_config.ts";
@@ -209,6 +211,7 @@ export class KubeadmClusterInitializer implements ClusterInitializer {
     const wait = {
       waitMs: this.#options.apiWaitMs ?? DEFAULT_API_WAIT_MS,
       pollMs: this.#options.apiPollMs ?? DEFAULT_API_POLL_MS,
+      logger: this.#logger,
     };
     const ns = KUBE_SYSTEM_NAMESPACE;
     // The first call also waits for the API server to come up.
@@ -314,22 +317,29 @@ function sameRecord(a: Record<string, string> | undefined, b: Record<string, str
   return JSON.stringify(left) === JSON.stringify(right);
 }
 
-/** Repeats `call` while it fails retryably (API server starting), for up to `waitMs`. */
+/**
+ * Repeats `call` while it fails retryably (API server starting), for up to `waitMs`, logging each failure:
+ * a node that waits minutes for its API server says why.
+ */
 async function untilAnswered<T>(
-  wait: { waitMs: number; pollMs: number },
+  wait: { waitMs: number; pollMs: number; logger: Logger },
   signal: AbortSignal | undefined,
   call: () => Promise<T>,
 ): Promise<T> {
   const deadline = Date.now() + wait.waitMs;
-  for (;;) {
+  for (let attempt = 1;; attempt++) {
     try {
       return await call();
     } catch (error) {
       const retryable = isKubernetesError(error) && error.retryable;
       if (!retryable || Date.now() + wait.pollMs > deadline) throw error;
+      wait.logger.warn("the API server does not answer yet, trying again", {
+        attempt,
+        retryInMs: wait.pollMs,
+        ...errorFields(error),
+      });
     }
-    signal?.throwIfAborted();
-    await new Promise((resolve) => setTimeout(resolve, wait.pollMs));
+    await sleep(wait.pollMs, signal);
   }
 }
 

@@ -5,6 +5,7 @@ import { KubeadmClusterInitializer } from "../../src/bootstrapper/cluster_init.t
 import type { KubeadmInitConfig } from "../../src/bootstrapper/kubeadm_config.ts";
 import type { ClusterInitParameters } from "../../src/bootstrapper/initserver.ts";
 import { systemClock } from "../../src/clock.ts";
+import { createLogger } from "../../src/log/logger.ts";
 import { componentsSource } from "../../src/joinservice/components.ts";
 import { ClusterKms } from "../../src/kms/cluster_kms.ts";
 import { deriveMeasurementSecret } from "../../src/kms/keys.ts";
@@ -44,7 +45,9 @@ async function setup(server: FakeApiServer, options: { kubeadmFails?: boolean } 
   const adminConf = join(root, "admin.conf");
   const kubeadmCalls: KubeadmInitConfig[] = [];
   const installed: string[] = [];
+  const logs: Record<string, unknown>[] = [];
   const initializer = new KubeadmClusterInitializer({
+    logger: createLogger({ level: "debug", write: (line) => logs.push(JSON.parse(line)) }),
     kubeadm: {
       async init(config) {
         kubeadmCalls.push(config);
@@ -70,6 +73,7 @@ async function setup(server: FakeApiServer, options: { kubeadmFails?: boolean } 
     kubeadmCalls,
     installed,
     adminConf,
+    logs,
     async [Symbol.asyncDispose]() {
       await Deno.remove(root, { recursive: true });
     },
@@ -154,11 +158,27 @@ Deno.test("cluster init against the fake API server", async (t) => {
     },
   );
 
-  await t.step("the API server still starting: calls are repeated until it answers", async () => {
-    await using s = await setup(server);
-    server.failNext(3, "unavailable");
-    await s.initializer.initialize(parameters());
-  });
+  await t.step(
+    "the API server still starting: calls are repeated until it answers, each failure logged",
+    async () => {
+      await using s = await setup(server);
+      server.failNext(3, "unavailable");
+      await s.initializer.initialize(parameters());
+      const retries = s.logs.filter((entry) =>
+        entry.msg === "the API server does not answer yet, trying again"
+      );
+      assert.deepEqual(retries.map((entry) => [entry.level, entry.attempt, entry.retryInMs]), [
+        ["warn", 1, 10],
+        ["warn", 2, 10],
+        ["warn", 3, 10],
+      ]);
+      assert.match(String(retries[0].error), /create secrets kube-system\/constellation-mastersecret/);
+      assert.ok(
+        !JSON.stringify(s.logs).includes(parameters().masterSecret.key.toBase64()),
+        "the master secret is in the log",
+      );
+    },
+  );
 
   await t.step("kubeadm failing: a ClusterInitError naming kubeadm init, no objects touched", async () => {
     await using s = await setup(server, { kubeadmFails: true });
