@@ -42,8 +42,7 @@ import {
 } from "../joinservice/components.ts";
 import { k8sCompliantHostname } from "../kubernetes/nodename.ts";
 import { type Logger, silentLogger } from "../log/logger.ts";
-import { sleep } from "../async/sleep.ts";
-import { errorFields } from "./retry.ts";
+import { retryUntilDone, systemTimers } from "./retry.ts";
 import { ReasonError } from "../reason_error.ts";
 import { joinHostPort } from "../net/endpoint.ts";
 import { type KubeadmInitConfig, KUBERNETES_PORT } from "./kubeadm_config.ts";
@@ -321,26 +320,20 @@ function sameRecord(a: Record<string, string> | undefined, b: Record<string, str
  * Repeats `call` while it fails retryably (API server starting), for up to `waitMs`, logging each failure:
  * a node that waits minutes for its API server says why.
  */
-async function untilAnswered<T>(
+function untilAnswered<T>(
   wait: { waitMs: number; pollMs: number; logger: Logger },
   signal: AbortSignal | undefined,
   call: () => Promise<T>,
 ): Promise<T> {
   const deadline = Date.now() + wait.waitMs;
-  for (let attempt = 1;; attempt++) {
-    try {
-      return await call();
-    } catch (error) {
-      const retryable = isKubernetesError(error) && error.retryable;
-      if (!retryable || Date.now() + wait.pollMs > deadline) throw error;
-      wait.logger.warn("the API server does not answer yet, trying again", {
-        attempt,
-        retryInMs: wait.pollMs,
-        ...errorFields(error),
-      });
-    }
-    await sleep(wait.pollMs, signal);
-  }
+  return retryUntilDone("reaching the API server", call, {
+    signal,
+    timers: systemTimers,
+    intervalMs: wait.pollMs,
+    logger: wait.logger,
+    isTerminal: (error) =>
+      !(isKubernetesError(error) && error.retryable) || Date.now() + wait.pollMs > deadline,
+  });
 }
 
 /** Runs a step; its failure becomes a {@linkcode ClusterInitError} naming it. */

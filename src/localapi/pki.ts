@@ -37,38 +37,44 @@ export interface ClusterPki {
 
 const FILES = ["ca.crt", "ca.key", "apiserver.crt", "apiserver.key"] as const;
 
+/** What {@linkcode loadClusterPki} found: the PKI, or why it is not usable yet. */
+export type ClusterPkiLoad = { pki: ClusterPki; problem?: undefined } | { pki?: undefined; problem: string };
+
 /**
- * Loads the cluster PKI from `pkiDir`; undefined while any file is missing
- * or does not hold a matching certificate and key yet, the CA's or the
- * server's (kubeadm is still writing them).
+ * Loads the cluster PKI from `pkiDir`, or says why it is not usable yet:
+ * a file is missing, or does not hold a matching certificate and key, the
+ * CA's or the server's (kubeadm is still writing them). A problem names
+ * files, never key bytes.
  */
-export async function loadClusterPki(pkiDir: string): Promise<ClusterPki | undefined> {
+export async function loadClusterPki(pkiDir: string): Promise<ClusterPkiLoad> {
   let texts: string[];
   try {
     texts = await Promise.all(FILES.map((name) => Deno.readTextFile(`${pkiDir}/${name}`)));
   } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return undefined;
-    throw error;
+    if (error instanceof Deno.errors.NotFound) return { problem: `not all of ${FILES.join(", ")} exist yet` };
+    return { problem: `cannot read the PKI in ${pkiDir}: ${(error as Error).message}` };
   }
   const [caPem, caKeyPem, serverPem, serverKeyPem] = texts;
   let loaded;
   try {
     loaded = await parseKubeletCa(caPem, caKeyPem);
-  } catch {
-    return undefined;
+  } catch (error) {
+    return { problem: (error as Error).message };
   }
   // A serving pair Deno's TLS cannot use would fail every handshake from then on, without a word.
   try {
     checkTlsKeyPair({ cert: serverPem, key: serverKeyPem }, { cert: "apiserver.crt", key: "apiserver.key" });
   } catch (error) {
-    if (error instanceof TlsKeyPairError) return undefined;
+    if (error instanceof TlsKeyPairError) return { problem: error.message };
     throw error;
   }
   const { certificate, privateKey } = loaded;
   return {
-    signer: loaded,
-    ca: { cert: certificate, privateKey, certPem: caPem, keyPem: caKeyPem },
-    serverChainPem: serverPem.trimEnd() + "\n" + caPem,
-    serverKeyPem,
+    pki: {
+      signer: loaded,
+      ca: { cert: certificate, privateKey, certPem: caPem, keyPem: caKeyPem },
+      serverChainPem: serverPem.trimEnd() + "\n" + caPem,
+      serverKeyPem,
+    },
   };
 }

@@ -64,7 +64,7 @@ import {
   apiVersions,
   type DiscoveredResource,
 } from "./discovery.ts";
-import { type ClusterPki, loadClusterPki } from "./pki.ts";
+import { type ClusterPki, type ClusterPkiLoad, loadClusterPki } from "./pki.ts";
 import {
   apiVersionOf,
   CORE_RESOURCES,
@@ -619,12 +619,17 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
   if (clusterMode) {
     const closedEarly = () => new Error("the local API was closed before the cluster PKI appeared");
     serving = new Promise<void>((resolve, reject) => {
+      let lastProblem: string | undefined;
       const poll = async () => {
         pollTimer = undefined;
         if (closed) return reject(closedEarly());
-        const loaded = await loadClusterPki(options.pkiDir!).catch(() => undefined);
+        const { pki: loaded, problem } = await loadClusterPki(options.pkiDir!)
+          .catch((error): ClusterPkiLoad => ({ problem: (error as Error).message }));
         if (closed) return reject(closedEarly());
         if (!loaded) {
+          // Said once per problem: a PKI that never becomes usable must not leave the API silently waiting.
+          if (problem !== lastProblem) logger.info("waiting for a usable cluster PKI", { problem });
+          lastProblem = problem;
           pollTimer = setTimeout(poll, options.pkiPollMs ?? 100);
           return;
         }

@@ -61,8 +61,9 @@ export function closeWhenIdle(session: IdleSession, socket: IdleSocket, options:
     clearTimeout(force);
     stream.once("close", () => {
       open--;
-      if (open > 0 || session.destroyed) return;
-      if (session.closed) destroyLater();
+      if (open > 0) return;
+      // Destroyed: the peer reset the last stream after a GOAWAY; Deno then leaves the socket open.
+      if (session.closed || session.destroyed) destroyLater();
       else arm();
     });
   });

@@ -50,7 +50,8 @@ export interface ConnectionLimits {
   requestTimeoutMs: number;
   /**
    * An HTTP/2 connection with no call open for this long is closed (GOAWAY),
-   * and destroyed if it has not closed {@linkcode IDLE_CLOSE_GRACE_MS} later.
+   * and destroyed if it has not closed {@linkcode IDLE_CLOSE_GRACE_MS} after
+   * that, or after the last call the GOAWAY let finish.
    * PINGs and SETTINGS do not count as activity.
    */
   idleTimeoutMs: number;

@@ -164,10 +164,8 @@ Deno.test("cluster init against the fake API server", async (t) => {
       await using s = await setup(server);
       server.failNext(3, "unavailable");
       await s.initializer.initialize(parameters());
-      const retries = s.logs.filter((entry) =>
-        entry.msg === "the API server does not answer yet, trying again"
-      );
-      assert.deepEqual(retries.map((entry) => [entry.level, entry.attempt, entry.retryInMs]), [
+      const retries = s.logs.filter((entry) => entry.msg === "reaching the API server failed; retrying");
+      assert.deepEqual(retries.map((entry) => [entry.level, entry.attempts, entry.retryInMs]), [
         ["warn", 1, 10],
         ["warn", 2, 10],
         ["warn", 3, 10],

@@ -12,6 +12,7 @@ import { clusterInfoSignatureKey, verifyClusterInfo } from "../../src/kubernetes
 import { KubernetesClient } from "../../src/kubernetes/client.ts";
 import { parseKubeconfig, resolveConnection } from "../../src/kubernetes/kubeconfig.ts";
 import { staticToken } from "../../src/kubernetes/token.ts";
+import { loadClusterPki } from "../../src/localapi/pki.ts";
 import * as x509 from "../../src/x509/x509.ts";
 import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserver.ts";
 import {
@@ -154,14 +155,19 @@ Deno.test("fake apiserver (pkiDir): a serving key still being written is not ser
     await Deno.writeTextFile(`${pkiDir}/ca.key`, ca.keyPem);
     await Deno.writeTextFile(`${pkiDir}/ca.crt`, ca.certPem);
     await Deno.writeTextFile(`${pkiDir}/apiserver.crt`, apiServer.certPem);
-    const unfinished: [string, string][] = [
-      ["an empty apiserver.key (opened, not yet written)", ""],
-      ["half of apiserver.key", apiServer.keyPem.slice(0, apiServer.keyPem.length / 2)],
-      ["another key than apiserver.crt's", other.keyPem],
+    const unfinished: [string, string, RegExp][] = [
+      ["an empty apiserver.key (opened, not yet written)", "", /apiserver\.key: no PEM private key block/],
+      [
+        "half of apiserver.key",
+        apiServer.keyPem.slice(0, apiServer.keyPem.length / 2),
+        /apiserver\.key: no PEM private key block/,
+      ],
+      ["another key than apiserver.crt's", other.keyPem, /apiserver\.key is not the key of the certificate/],
     ];
-    for (const [name, text] of unfinished) {
+    for (const [name, text, problem] of unfinished) {
       await t.step(name, async () => {
         await Deno.writeTextFile(`${pkiDir}/apiserver.key`, text);
+        assert.match((await loadClusterPki(pkiDir)).problem ?? "", problem);
         await new Promise((resolve) => setTimeout(resolve, 100)); // five polls
         assert.equal(served, false, "the server took a key it cannot serve with");
       });

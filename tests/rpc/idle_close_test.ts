@@ -57,12 +57,13 @@ Deno.test("closeWhenIdle", async (t) => {
   });
 
   await t.step("an open stream keeps the session; the idle time counts from its close", async () => {
-    const { session, openStream } = watched();
+    const { session, socket, openStream } = watched();
     const close = openStream();
     await sleep(IDLE_MS * 5);
     assert.equal(session.closed, false, "GOAWAY with a stream open");
     close();
     await until(() => session.closed, "GOAWAY after the stream closed");
+    socket.emit("close"); // the peer goes: no timer outlives the step
   });
 
   await t.step(
@@ -75,6 +76,18 @@ Deno.test("closeWhenIdle", async (t) => {
       assert.equal(socket.destroyed, false, "the socket was destroyed under an open stream");
       close();
       await until(() => socket.destroyed, "the socket's destruction after the last stream");
+    },
+  );
+
+  await t.step(
+    "a stream the peer resets after the GOAWAY (session destroyed): the socket still goes",
+    async () => {
+      const { session, socket, openStream } = watched();
+      await until(() => session.closed, "GOAWAY");
+      const reset = openStream();
+      session.destroyed = true; // Deno's session is gone when a reset closes its last stream
+      reset();
+      await until(() => socket.destroyed, "the socket's destruction");
     },
   );
 
