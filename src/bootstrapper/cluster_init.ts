@@ -111,7 +111,11 @@ export interface KubeadmClusterInitializerOptions {
   paths: { adminConf: string };
   /** Installs components before kubeadm; none: they are expected in place. */
   components?: ComponentInstaller;
-  /** API server URL to use instead of admin.conf's (e.g. `https://127.0.0.1:6443` on the node). */
+  /**
+   * API server URL to use instead of admin.conf's: the node's own (the bootstrapper's `--init-api-server`,
+   * `https://127.0.0.1:6443`), so the master secret does not cross the network to an address that a CA
+   * Deno trusts by default could certify.
+   */
   apiServer?: string;
   /** Opens the Kubernetes client from admin.conf; default {@linkcode KubernetesClient} over it. */
   connect?(adminConf: string, apiServer: string | undefined): Promise<ClusterObjectsClient>;

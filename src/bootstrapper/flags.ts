@@ -64,6 +64,11 @@ export interface BootstrapperFlags {
   stateDiskPassphraseFile: string;
   /** Key derivation for the disk key's keyslot; undefined: cryptsetup's default (argon2id). */
   stateDiskPbkdf?: { type: "pbkdf2" | "argon2i" | "argon2id"; forceIterations?: number };
+  /**
+   * Where Init creates the cluster objects (the master secret among them) after kubeadm init: this node's own
+   * API server, so that they never cross the network.
+   */
+  initApiServer: string;
   /** The join service's port on control-plane nodes. */
   joinServicePort: number;
   /** The recovery server's port (`rejoin` on control-plane nodes); 0 picks a free port. */
@@ -77,6 +82,13 @@ export interface BootstrapperFlags {
   /** The browser listener (GetAttestation only, plain HTTP), when `--browser-port` is given. */
   browser?: BrowserListenerFlags;
 }
+
+/**
+ * The node's own kube-apiserver over loopback (kubeadm's configuration here certifies 127.0.0.1): Deno trusts
+ * admin.conf's CA only in addition to its default roots, so the master secret must not go to an address a
+ * public CA could certify, such as the control plane endpoint's.
+ */
+export const DEFAULT_INIT_API_SERVER = "https://127.0.0.1:6443";
 
 /** Usage text for `--help`. */
 export const BOOTSTRAPPER_USAGE = `Usage: bootstrapper [rejoin] --attestation-variant <variant> [flags]
@@ -111,6 +123,9 @@ Flags:
   --state-disk-pbkdf <type[:iterations]>
                                 key derivation for the disk key's keyslot (default: cryptsetup's,
                                 argon2id tuned to ~2 s); e.g. pbkdf2:1000 for throwaway test disks
+  --init-api-server <url>       where Init creates the cluster objects, the master
+                                secret among them: this node's own API server
+                                (default ${DEFAULT_INIT_API_SERVER}; admin.conf's CA)
   --port <port>                 init.API port (default 9000)
   --listen-address <addr>       IP address to bind (default 0.0.0.0)
   --join-service-port <port>    the join service on control-plane nodes (default 30090)
@@ -155,6 +170,7 @@ export function parseBootstrapperFlags(
     "state-disk": { type: "string", default: "/dev/disk/by-partlabel/state" },
     "state-disk-passphrase-file": { type: "string" },
     "state-disk-pbkdf": { type: "string" },
+    "init-api-server": { type: "string", default: DEFAULT_INIT_API_SERVER },
     port: { type: "string", default: "9000" },
     "listen-address": { type: "string", default: "0.0.0.0" },
     "join-service-port": { type: "string", default: "30090" },
@@ -197,6 +213,7 @@ export function parseBootstrapperFlags(
     stateDiskPassphraseFile: values["state-disk-passphrase-file"] ??
       underRoot(root, "run/cryptsetup-keys.d/state.key"),
     stateDiskPbkdf: values["state-disk-pbkdf"] === undefined ? undefined : pbkdf(values["state-disk-pbkdf"]),
+    initApiServer: parseHttpsUrl(values["init-api-server"], "--init-api-server"),
     joinServicePort: parsePort(values["join-service-port"], "--join-service-port"),
     recoveryPort: parsePort(values["recovery-port"], "--recovery-port"),
     joinRetryIntervalMs: seconds(values["join-retry-interval"], "--join-retry-interval"),
@@ -204,6 +221,12 @@ export function parseBootstrapperFlags(
     logLevel,
     browser: parseBrowserListener(values, listenAddress),
   };
+}
+
+function parseHttpsUrl(value: string, flag: string): string {
+  const url = parseHttpUrlFlag(value, flag);
+  if (!url.startsWith("https://")) throw new UsageError(`invalid ${flag}: want https://host:port`);
+  return url;
 }
 
 function absolute(value: string, flag: string): string {

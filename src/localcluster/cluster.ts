@@ -932,6 +932,8 @@ class Cluster implements LocalCluster {
         ...flags,
         ...["--port", String(netns ? NODE_INIT_PORT : 0)],
         ...["--join-service-port", String(this.#joinServicePort)],
+        // The stand-in for the node's own API server is the local API on the host.
+        ...["--init-api-server", `https://${this.#apiEndpoint}`],
         ...["--browser-port", String(netns ? NODE_BROWSER_PORT : 0)],
         ...["--recovery-port", String(netns ? NODE_RECOVERY_PORT : 0)],
         ...(this.#options.corsAllowOrigins ?? []).flatMap((origin) => ["--cors-allow-origin", origin]),

@@ -44,7 +44,7 @@ async function round(): Promise<Round> {
   const stack = new AsyncDisposableStack();
   try {
     const cluster = await startBootstrapCluster(dir, stack);
-    const process = await cluster.controlPlane.start();
+    const process = await cluster.controlPlane.start(["--init-api-server", cluster.apiServer.url]);
     using connection = connectRpc({
       baseUrl: `https://127.0.0.1:${process.port}`,
       skipServerVerification: true,

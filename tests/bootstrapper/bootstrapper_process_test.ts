@@ -72,7 +72,8 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
       assert.equal(await Deno.readTextFile(`${root}/run/state/bin/crictl`), "#!/bin/sh\necho crictl\n");
     };
 
-    const cpProcess = await controlPlane.start();
+    // Init creates the cluster objects through the fake API server (on a node: its own, at 127.0.0.1:6443).
+    const cpProcess = await controlPlane.start(["--init-api-server", cluster.apiServer.url]);
     using cpConnection = connectRpc({
       baseUrl: `https://127.0.0.1:${cpProcess.port}`,
       skipServerVerification: true,

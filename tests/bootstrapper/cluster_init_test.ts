@@ -40,7 +40,10 @@ function parameters(overrides: Partial<ClusterInitParameters> = {}): ClusterInit
 }
 
 /** An initializer whose fake kubeadm writes an admin.conf for `server` into a temp root. */
-async function setup(server: FakeApiServer, options: { kubeadmFails?: boolean } = {}) {
+async function setup(
+  server: FakeApiServer,
+  options: { kubeadmFails?: boolean; adminConfServer?: string; apiServer?: string } = {},
+) {
   const root = await Deno.makeTempDir({ prefix: "cluster-init-" });
   const adminConf = join(root, "admin.conf");
   const kubeadmCalls: KubeadmInitConfig[] = [];
@@ -52,7 +55,11 @@ async function setup(server: FakeApiServer, options: { kubeadmFails?: boolean } 
       async init(config) {
         kubeadmCalls.push(config);
         if (options.kubeadmFails) throw new Error("kubeadm: exit status 1: [preflight] failed");
-        await Deno.writeTextFile(adminConf, server.kubeconfig());
+        const kubeconfig = server.kubeconfig();
+        await Deno.writeTextFile(
+          adminConf,
+          options.adminConfServer ? kubeconfig.replaceAll(server.url, options.adminConfServer) : kubeconfig,
+        );
       },
     },
     metadata: {
@@ -66,6 +73,8 @@ async function setup(server: FakeApiServer, options: { kubeadmFails?: boolean } 
       },
     },
     paths: { adminConf },
+    apiServer: options.apiServer,
+    apiWaitMs: 5_000,
     apiPollMs: 10,
   });
   return {
@@ -177,6 +186,20 @@ Deno.test("cluster init against the fake API server", async (t) => {
       );
     },
   );
+
+  await t.step("the objects go to apiServer (the node's own), not to admin.conf's endpoint", async () => {
+    // admin.conf names the control plane endpoint; nothing answers there.
+    await using s = await setup(server, { adminConfServer: "https://127.0.0.1:1", apiServer: server.url });
+    server.deleteObject(`${ns}/configmaps/join-config`); // left by the steps before
+    const { kubeconfig } = await s.initializer.initialize(parameters({ clusterName: "own-api-server" }));
+    assert.match(
+      new TextDecoder().decode(kubeconfig),
+      /https:\/\/127\.0\.0\.1:1/,
+      "the operator's kubeconfig",
+    );
+    const joinConfig = server.getObject(`${ns}/configmaps/join-config`);
+    assert.ok(joinConfig, "join-config was created through apiServer");
+  });
 
   await t.step("kubeadm failing: a ClusterInitError naming kubeadm init, no objects touched", async () => {
     await using s = await setup(server, { kubeadmFails: true });

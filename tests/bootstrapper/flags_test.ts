@@ -16,6 +16,11 @@ Deno.test("the bootstrapper's defaults are the original's: port 9000, metadata a
   assert.equal(flags.recoveryPort, 9999);
   assert.equal(flags.joinRetryIntervalMs, 30_000);
   assert.equal(flags.joinCallTimeoutMs, 30_000);
+  assert.equal(
+    flags.initApiServer,
+    "https://127.0.0.1:6443",
+    "Init's objects go to the node's own API server",
+  );
 });
 
 Deno.test("the root moves the node's default paths under it; rejoin is a command", () => {
@@ -55,6 +60,16 @@ Deno.test("a bad command line names the problem", async (t) => {
       want: /invalid --metadata-url/,
     },
     { name: "bad port", args: ["--attestation-variant", "dummy", "--port", "70000"], want: /--port/ },
+    {
+      name: "plain HTTP for Init's API server",
+      args: ["--attestation-variant", "dummy", "--init-api-server", "http://127.0.0.1:6443"],
+      want: /invalid --init-api-server: want https:\/\/host:port/,
+    },
+    {
+      name: "credentials in Init's API server URL",
+      args: ["--attestation-variant", "dummy", "--init-api-server", "https://admin:hunter2@127.0.0.1:6443"],
+      want: /^invalid --init-api-server: no user or password in the URL$/,
+    },
     {
       name: "zero retry interval",
       args: ["--attestation-variant", "dummy", "--join-retry-interval", "0"],

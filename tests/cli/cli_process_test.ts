@@ -70,7 +70,7 @@ Deno.test("cli processes against a bootstrapper cluster: verify, init, recover",
         },
       ]),
     );
-    const cp = await cluster.controlPlane.start();
+    const cp = await cluster.controlPlane.start(["--init-api-server", cluster.apiServer.url]);
     const node = `127.0.0.1:${cp.port}`;
     const initArgs = (secretFile: string) => [
       "init",
