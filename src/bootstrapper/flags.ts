@@ -27,6 +27,7 @@ import {
   browserListenerUsage,
   parseBrowserListener,
 } from "../flags/browser_listener.ts";
+import { KubeconfigError, parseApiServerUrl } from "../kubernetes/kubeconfig.ts";
 
 /** What the process does. */
 export type BootstrapperCommand = "run" | "rejoin";
@@ -224,9 +225,12 @@ export function parseBootstrapperFlags(
 }
 
 function parseHttpsUrl(value: string, flag: string): string {
-  const url = parseHttpUrlFlag(value, flag);
-  if (!url.startsWith("https://")) throw new UsageError(`invalid ${flag}: want https://host:port`);
-  return url;
+  try {
+    return parseApiServerUrl(value, flag);
+  } catch (error) {
+    if (error instanceof KubeconfigError) throw new UsageError(error.message);
+    throw error;
+  }
 }
 
 function absolute(value: string, flag: string): string {

@@ -166,7 +166,7 @@ export async function resolveConnection(
 
   const clusterLabel = `cluster "${clusterName}"`;
   if (!cluster.server) throw new KubeconfigError("missing", `${clusterLabel} has no server`);
-  const server = parseServerUrl(cluster.server, clusterLabel);
+  const server = parseApiServerUrl(cluster.server, `server of ${clusterLabel}`);
   if (cluster["insecure-skip-tls-verify"]) {
     throw new KubeconfigError(
       "unsupported",
@@ -448,27 +448,31 @@ function requirePem(pem: string, label: string, what: string): void {
   }
 }
 
-function parseServerUrl(server: string, clusterLabel: string): string {
+/**
+ * An API server URL as a client uses it: https, no user information, no
+ * query or fragment; returned without a trailing slash. `what` names the
+ * value in errors (e.g. "server of cluster x", "--init-api-server").
+ *
+ * @throws {KubeconfigError} "malformed" or "unsupported".
+ */
+export function parseApiServerUrl(server: string, what: string): string {
   let url: URL;
   try {
     url = new URL(server);
   } catch {
     // Echoed unless it may hold a password (user:password@host).
     const shown = server.includes("@") ? "" : `: "${server}"`;
-    throw new KubeconfigError("malformed", `server of ${clusterLabel} is not a URL${shown}`);
+    throw new KubeconfigError("malformed", `${what} is not a URL${shown}`);
   }
   if (url.username || url.password) {
     // Not echoed: the URL holds a password.
-    throw new KubeconfigError(
-      "unsupported",
-      `server of ${clusterLabel} carries user information, which is not supported`,
-    );
+    throw new KubeconfigError("unsupported", `${what} carries user information, which is not supported`);
   }
   if (url.protocol !== "https:") {
-    throw new KubeconfigError("unsupported", `server of ${clusterLabel} is not https: "${server}"`);
+    throw new KubeconfigError("unsupported", `${what} is not https: "${server}"`);
   }
   if (url.search || url.hash) {
-    throw new KubeconfigError("malformed", `server of ${clusterLabel} has a query or fragment: "${server}"`);
+    throw new KubeconfigError("malformed", `${what} has a query or fragment: "${server}"`);
   }
   return url.origin + url.pathname.replace(/\/+$/, "");
 }

@@ -21,6 +21,14 @@ Deno.test("the bootstrapper's defaults are the original's: port 9000, metadata a
     "https://127.0.0.1:6443",
     "Init's objects go to the node's own API server",
   );
+  const upper = parseBootstrapperFlags([
+    "--attestation-variant",
+    "dummy",
+    "--init-api-server",
+    "HTTPS://[::1]:6443/",
+  ]);
+  assert.ok(upper !== "help");
+  assert.equal(upper.initApiServer, "https://[::1]:6443");
 });
 
 Deno.test("the root moves the node's default paths under it; rejoin is a command", () => {
@@ -63,12 +71,17 @@ Deno.test("a bad command line names the problem", async (t) => {
     {
       name: "plain HTTP for Init's API server",
       args: ["--attestation-variant", "dummy", "--init-api-server", "http://127.0.0.1:6443"],
-      want: /invalid --init-api-server: want https:\/\/host:port/,
+      want: /^--init-api-server is not https: "http:\/\/127\.0\.0\.1:6443"$/,
     },
     {
-      name: "credentials in Init's API server URL",
+      name: "credentials in Init's API server URL (not echoed)",
       args: ["--attestation-variant", "dummy", "--init-api-server", "https://admin:hunter2@127.0.0.1:6443"],
-      want: /^invalid --init-api-server: no user or password in the URL$/,
+      want: /^--init-api-server carries user information, which is not supported$/,
+    },
+    {
+      name: "a query in Init's API server URL (the API paths would go after it)",
+      args: ["--attestation-variant", "dummy", "--init-api-server", "https://127.0.0.1:6443?x"],
+      want: /^--init-api-server has a query or fragment/,
     },
     {
       name: "zero retry interval",
