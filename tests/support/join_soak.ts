@@ -35,6 +35,7 @@ import { nodeAddress } from "./join_burst.ts";
 import { kubectlNames } from "./kubectl.ts";
 import { joinTargets, trustedForgedIssuer } from "./local_cluster_joiners.ts";
 import { reusedConnectionTickets } from "./reused_connection_tickets.ts";
+import { sleep } from "../../src/async/sleep.ts";
 
 /** Options of {@linkcode runJoinSoak}. */
 export interface JoinSoakOptions {
@@ -138,13 +139,13 @@ export async function runJoinSoak(options: JoinSoakOptions): Promise<JoinSoakRes
     const sampler = (async () => {
       const every = options.sampleIntervalMs ?? 5_000;
       for (let next = every; arriving; next += every) {
-        await sleep(t0 + next - performance.now());
+        await sleep(Math.max(0, t0 + next - performance.now()));
         if (arriving) await sample();
       }
     })();
     const intervalMs = 1000 / options.ratePerSecond;
     for (let i = 0; (performance.now() - t0) < options.durationMs; i++) {
-      await sleep(t0 + i * intervalMs - performance.now());
+      await sleep(Math.max(0, t0 + i * intervalMs - performance.now()));
       if (running.size >= maxInFlight) {
         skipped++;
         continue;
@@ -192,10 +193,6 @@ export async function runJoinSoak(options: JoinSoakOptions): Promise<JoinSoakRes
     joinMs: { p50: percentile(joinMs, 0.5), p99: percentile(joinMs, 0.99) },
     samples,
   };
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 }
 
 async function takeSample(
