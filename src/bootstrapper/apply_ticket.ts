@@ -14,7 +14,9 @@
  *     This is the point of no return: from here on every failure is
  *     terminal for this boot, and the caller's signal no longer cancels
  *     (the apply is bounded by its own timeout instead);
- *  4. `onLocked()` (stops the init server; also when the marking failed);
+ *  4. `onLocked()` (stops the init server), called by the lock the moment
+ *     it is taken, before marking: so also when marking fails, and before
+ *     an init that asks meanwhile hears that it lost;
  *  5. the state disk's passphrase becomes the ticket's disk key (and the
  *     disk is marked initialized);
  *  6. control-plane files into `pkiDir` (control planes only), then the
@@ -82,8 +84,11 @@ export type WriteNodeState = (
 
 /** The one-way node lock (helper O's `NodeLock`). */
 export interface NodeLockLike {
-  /** True for exactly one caller; rejects when marking the node failed (the lock stays taken). */
-  tryLock(clusterId: Uint8Array, options?: { signal?: AbortSignal }): Promise<boolean>;
+  /**
+   * True for exactly one caller; rejects when marking the node failed (the lock stays taken).
+   * `onTaken` is called synchronously when this caller takes the lock, before marking.
+   */
+  tryLock(clusterId: Uint8Array, options?: { signal?: AbortSignal; onTaken?: () => void }): Promise<boolean>;
 }
 
 /** The state disk (helper O's `LuksStateDisk`). */
@@ -130,8 +135,11 @@ export interface ApplyPaths {
 export interface ApplyDependencies {
   /** The node lock; taking it marks the node (PCR 15). */
   lock: NodeLockLike;
-  /** Called once right after this applier took the lock, also if marking failed (stops the init server). */
-  onLocked(): void | Promise<void>;
+  /**
+   * Called once when this applier takes the lock, before marking (so also if marking fails): stops the init
+   * server. Must not throw.
+   */
+  onLocked(): void;
   /** The state disk. */
   disk: PassphraseChanger;
   /** Writes secret files atomically. */
@@ -236,15 +244,13 @@ export class JoinTicketApplier implements TicketApplier {
     if (signal?.aborted) throw new ApplyError("aborted", "aborted before the node lock", false);
     let locked: boolean;
     try {
-      locked = await lock.tryLock(clusterId);
+      locked = await lock.tryLock(clusterId, { onTaken: () => this.#deps.onLocked() });
     } catch (error) {
-      // Marking failed but the lock is taken: the init server must stop too, this boot is over.
-      await this.#deps.onLocked();
+      // Marking failed but the lock is taken (onLocked stopped the init server): this boot is over.
       throw new ApplyError("lock-failed", `acquiring node lock: ${messageOf(error)}`, true, { cause: error });
     }
     if (!locked) throw new ApplyError("lock-held", "node is already being initialized", false);
     logger.info("took the node lock for a join", { clusterId: clusterId.toHex(), role: node.role });
-    await this.#deps.onLocked();
 
     const written: string[] = [];
     let work: Promise<void> | undefined;

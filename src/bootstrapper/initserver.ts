@@ -28,8 +28,10 @@
  *  6. the node lock (`false`: a join took it). From here on the work runs
  *     to its end even if the client goes away, and any failure is terminal
  *     for this boot;
- *  7. `onLocked()` (stops the join client; also when marking the node
- *     failed, which ends the Init and this boot);
+ *  7. `onLocked()` (stops the join client), called by the lock the moment
+ *     it is taken, before marking: so also when marking fails (which ends
+ *     the Init and this boot), and before a join ticket that arrives
+ *     meanwhile hears that it lost;
  *  8. the state disk's passphrase becomes the derived disk key;
  *  9. {@linkcode ClusterInitializer.initialize} → the admin kubeconfig;
  * 10. the node state file (ControlPlane, the salt), once the cluster is
@@ -108,8 +110,11 @@ export interface InitSecretHash {
 
 /** The node lock (helper O's `NodeLock`). */
 export interface InitNodeLock {
-  /** True for exactly one caller ever (it marked PCR 15 with `clusterId`); false for every other. */
-  tryLock(clusterId: Uint8Array, options?: SignalOptions): Promise<boolean>;
+  /**
+   * True for exactly one caller ever (it marked PCR 15 with `clusterId`); false for every other.
+   * `onTaken` is called synchronously when this caller takes the lock, before marking.
+   */
+  tryLock(clusterId: Uint8Array, options?: SignalOptions & { onTaken?: () => void }): Promise<boolean>;
 }
 
 /** The state disk (helper O's `LuksStateDisk`). */
@@ -189,7 +194,7 @@ export interface InitServerDependencies {
   initSecretHash: InitSecretHash;
   /** The node lock shared with the join client. */
   lock: InitNodeLock;
-  /** Called once, right after this server took the lock, also if marking failed (stops the join client). */
+  /** Called once, when this server takes the lock, before marking (so also if marking fails): stops the join client. */
   onLocked(): void;
   /** The state disk. */
   disk: StateDisk;
@@ -698,12 +703,14 @@ export class InitServer {
     }
     let won: boolean;
     try {
-      won = await this.#deps.lock.tryLock(clusterId, { signal: this.#lifetime.signal });
+      won = await this.#deps.lock.tryLock(clusterId, {
+        signal: this.#lifetime.signal,
+        onTaken: () => this.#stopJoinClient(),
+      });
     } catch (error) {
       this.#deps.logger.error("locking the node failed", { error });
-      // The lock is taken even though marking failed (helper O's NodeLock): terminal.
+      // The lock is taken even though marking failed (the join client was stopped when it was taken): terminal.
       this.#phase = "failed";
-      this.#stopJoinClient();
       throw rejectInit("lock-failed", `locking node: ${(error as Error).message}`, { cause: error });
     }
     if (!won) {
@@ -715,7 +722,6 @@ export class InitServer {
       );
     }
     this.#deps.logger.info("node locked to the cluster");
-    this.#stopJoinClient();
     return true;
   }
 

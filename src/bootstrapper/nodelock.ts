@@ -7,7 +7,9 @@
  * The switch flips before marking starts and never flips back, also when
  * marking fails: a half-extended PCR cannot be undone, so the node must not
  * accept another init or join in this boot (the point of no return). The
- * failure is the winner's to report.
+ * failure is the winner's to report. The winner is told at the flip
+ * (`onTaken`), not after marking: a loser answers at once, and whoever
+ * watches the race must already know who won when it hears of the loss.
  *
  * @module
  */
@@ -45,6 +47,18 @@ export type NodeLockState =
   /** Taken, but marking failed: the node stays locked and must be wiped or rebooted. */
   | "mark-failed";
 
+/** Options of {@linkcode NodeLock.tryLock}. */
+export interface TryLockOptions {
+  /** Abandons marking (the lock stays taken once flipped). */
+  signal?: AbortSignal;
+  /**
+   * Called synchronously when this caller takes the lock, before marking
+   * starts (so also when marking then fails); never for a caller that does
+   * not take it. Must not throw.
+   */
+  onTaken?: () => void;
+}
+
 /** The one-way lock that init and join race for. */
 export class NodeLock {
   readonly #marker: ClusterMarker;
@@ -67,11 +81,12 @@ export class NodeLock {
    * marking fails, is aborted or outlasts its deadline (a `DeadlineError`),
    * the call rejects with that error.
    */
-  async tryLock(clusterId: Uint8Array, options: { signal?: AbortSignal } = {}): Promise<boolean> {
+  async tryLock(clusterId: Uint8Array, options: TryLockOptions = {}): Promise<boolean> {
     options.signal?.throwIfAborted();
     // Checked and flipped in one synchronous step: no other caller can run in between.
     if (this.#state !== "unlocked") return false;
     this.#state = "marking";
+    options.onTaken?.();
     try {
       await withDeadline(
         this.#options.timers ?? systemTimers,

@@ -166,7 +166,15 @@ Deno.test("init server", async (t) => {
   );
 
   await t.step("a lock failure is terminal: the join client is stopped and the outcome settles", async () => {
-    const w = world({ lock: { tryLock: () => Promise.reject(new Error("tpm2_pcrevent: exit status 1")) } });
+    const w = world({
+      lock: {
+        // The real lock calls onTaken when it flips, before the marking that then fails.
+        tryLock: (_clusterId, options) => {
+          options?.onTaken?.();
+          return Promise.reject(new Error("tpm2_pcrevent: exit status 1"));
+        },
+      },
+    });
     const error = await refused(w);
     assert.equal(error.code, Code.Internal);
     assert.equal(error.serverMessage, "locking node: tpm2_pcrevent: exit status 1");

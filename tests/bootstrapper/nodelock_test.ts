@@ -91,3 +91,19 @@ Deno.test("nodelock: marking that never ends fails at its deadline; the lock sta
   assert.equal(lock.state, "mark-failed");
   assert.equal(await lock.tryLock(clusterId(2)), false);
 });
+
+Deno.test("nodelock: the winner's onTaken runs at the flip, before marking ends, also when marking fails; never for a loser", async () => {
+  const marker = new FakeMarker();
+  let release!: () => void;
+  marker.gate = new Promise((resolve) => release = resolve);
+  marker.failWith = new Error("TPM refused the extend");
+  const lock = new NodeLock(marker);
+  const taken: string[] = [];
+  const winner = lock.tryLock(clusterId(1), { onTaken: () => taken.push(`winner, lock ${lock.state}`) });
+  // Synchronous: the flip and the hook happen before tryLock returns its promise.
+  assert.deepEqual(taken, ["winner, lock marking"]);
+  assert.equal(await lock.tryLock(clusterId(2), { onTaken: () => taken.push("loser") }), false);
+  release();
+  await assert.rejects(winner, /TPM refused the extend/);
+  assert.deepEqual(taken, ["winner, lock marking"]);
+});

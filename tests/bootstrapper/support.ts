@@ -186,9 +186,10 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
   };
   os.deps = {
     lock: {
-      tryLock: (clusterId) => {
+      tryLock: (clusterId, lockOptions) => {
         os.locks.push(clusterId);
         const lock = options.lock ?? true;
+        if (lock !== false) lockOptions?.onTaken?.();
         return typeof lock === "string" ? Promise.reject(new Error(lock)) : Promise.resolve(lock);
       },
     },

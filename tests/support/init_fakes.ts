@@ -130,10 +130,11 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
     issuer: new DummyIssuer(silentLogger),
     initSecretHash: { initSecretHash: () => Promise.resolve(hash) },
     lock: {
-      tryLock: (clusterId) => {
+      tryLock: (clusterId, lockOptions) => {
         calls.push(`lock ${clusterId.toHex()}`);
         if (locked) return Promise.resolve(false);
         locked = true;
+        lockOptions?.onTaken?.();
         return Promise.resolve(true);
       },
     },
