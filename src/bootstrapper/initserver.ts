@@ -76,7 +76,7 @@ import { encodeComponents, type KubernetesComponent, parseComponents } from "../
 import { ClusterKms } from "../kms/cluster_kms.ts";
 import { deriveClusterId, deriveMeasurementSecret, deriveStateDiskKey } from "../kms/keys.ts";
 import { requestKms } from "../kms/request.ts";
-import { initParameterProblem } from "../init/parameters.ts";
+import { type CheckedInitParameter, initParameterProblem } from "../init/parameters.ts";
 import type { MasterSecret } from "../kms/uri.ts";
 import { PoolFullError, WorkPool } from "../limits/pool.ts";
 import type { Logger } from "../log/logger.ts";
@@ -95,6 +95,14 @@ import {
   type Timers,
   withDeadline,
 } from "./retry.ts";
+
+/** The Init request's field of each parameter that {@linkcode initParameterProblem} checks. */
+const INIT_REQUEST_FIELDS: Record<CheckedInitParameter, string> = {
+  kubernetesVersion: "kubernetes_version",
+  clusterName: "cluster_name",
+  serviceCidr: "service_cidr",
+  apiServerCertSans: "apiserver_cert_sans",
+};
 
 /** Options of every call that can wait. */
 export interface SignalOptions {
@@ -657,8 +665,10 @@ export class InitServer {
       {
         kubernetesVersion: request.kubernetesVersion,
         clusterName: request.clusterName || DEFAULT_CLUSTER_NAME,
+        serviceCidr: request.serviceCidr,
+        apiServerCertSans: request.apiserverCertSans,
       },
-      (parameter) => parameter === "kubernetesVersion" ? "kubernetes_version" : "cluster_name",
+      (parameter) => INIT_REQUEST_FIELDS[parameter],
     );
     if (problem !== undefined) throw invalid(problem);
     let components: KubernetesComponent[];

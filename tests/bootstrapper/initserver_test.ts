@@ -308,7 +308,7 @@ Deno.test("init server", async (t) => {
   );
 
   await t.step(
-    "a Kubernetes version or cluster name kubeadm would refuse: refused before the lock",
+    "a Kubernetes version, cluster name, service CIDR or certificate SAN kubeadm would refuse: refused before the lock",
     async () => {
       for (
         const [parameters, message] of [
@@ -318,7 +318,23 @@ Deno.test("init server", async (t) => {
           ],
           [{ kubernetesVersion: "stable-1" }, /^kubernetes_version must be an exact version/],
           [{ clusterName: "Bad Name!" }, /^cluster_name must be a DNS label .*got "Bad Name!"$/],
-        ] as const
+          [
+            { serviceCidr: "10.96.0.0" },
+            /^service_cidr must be a CIDR such as 10.96.0.0\/12.*got "10.96.0.0"$/,
+          ],
+          [
+            { serviceCidr: "10.96.0.0/12,10.0.0.0/16" },
+            /^service_cidr must hold at most one CIDR of each IP family/,
+          ],
+          [{ serviceCidr: "10.0.0.0/8" }, /^service_cidr is too large: a prefix of at least \/12 is needed/],
+          [{ serviceCidr: "fd00::/64" }, /^service_cidr is too large: a prefix of at least \/108 is needed/],
+          [{ serviceCidr: "10.96.0.0/29" }, /^service_cidr is too small: it must hold at least 10 addresses/],
+          [
+            { apiserverCertSans: ["api.example.com", "Bad_Name"] },
+            /^apiserver_cert_sans must hold .*got "Bad_Name"$/,
+          ],
+          [{ apiserverCertSans: ["a..b"] }, /^apiserver_cert_sans must hold/],
+        ] satisfies [Partial<InitParameters>, RegExp][]
       ) {
         const w = world();
         const error = await refused(w, initParameters(parameters));
@@ -331,6 +347,14 @@ Deno.test("init server", async (t) => {
         await run(w, initParameters({ kubernetesVersion }));
         assert.equal(w.initialized[0].kubernetesVersion, kubernetesVersion);
       }
+      const accepted = {
+        serviceCidr: "10.96.0.0/12,fd00:10:96::/108",
+        apiserverCertSans: ["api.example.com", "*.example.com", "203.0.113.7", "2001:db8::1"],
+      };
+      const w = world();
+      await run(w, initParameters(accepted));
+      assert.equal(w.initialized[0].serviceCidr, accepted.serviceCidr);
+      assert.deepEqual(w.initialized[0].apiServerCertSans, accepted.apiserverCertSans);
     },
   );
 
