@@ -24,7 +24,10 @@
  *     directory, fsync, rename) and 0600;
  *  7. the ticket's components (download, verify, install);
  *  8. `kubeadm join` with the ticket's token, CA pin and endpoint, at most
- *     `joinAttempts` (3) times with a pause between attempts;
+ *     `joinAttempts` (3) times with a pause between attempts, removing
+ *     what a failed attempt left for kubeadm's preflight to refuse (a
+ *     control plane that got as far as its static Pod manifests is not
+ *     retried);
  *  9. start the kubelet unit;
  * 10. the node state (written as in step 6), last: on a bound node it says
  *     the join completed, also when the process died in between.
@@ -121,6 +124,8 @@ export interface UnitStarter {
 
 /** Where the applier writes (a subset of helper O's `NodePaths`). */
 export interface ApplyPaths {
+  /** `<root>/etc/kubernetes`: where kubeadm join writes the kubelet's kubeconfigs and static Pod manifests. */
+  kubernetesDir: string;
   /** `<root>/etc/kubernetes/pki`. */
   pkiDir: string;
   /** `<root>/run/state/kubelet/pki/kubelet-client-key.pem`. */
@@ -332,7 +337,7 @@ export class JoinTicketApplier implements TicketApplier {
         ? { controlPlane: { advertiseAddress: node.vpcIp, bindPort: this.#apiServerPort } }
         : {}),
     };
-    await this.#kubeadmJoin(config, signal);
+    await this.#kubeadmJoin(config, node.role, signal);
     await step(
       "kubelet",
       `starting ${this.#kubeletUnit}`,
@@ -348,21 +353,53 @@ export class JoinTicketApplier implements TicketApplier {
     });
   }
 
-  /** `kubeadm join`, at most `joinAttempts` times. */
-  async #kubeadmJoin(config: KubeadmJoinConfig, signal: AbortSignal): Promise<void> {
-    const { logger, kubeadm } = this.#deps;
+  /**
+   * `kubeadm join`, at most `joinAttempts` times. kubeadm's preflight refuses to run where an earlier attempt
+   * left the kubelet's kubeconfigs (and a worker's CA certificate), so before a retry those that the failed
+   * attempt wrote are removed. A control plane whose attempt got as far as writing static Pod manifests is not
+   * retried: that needs `kubeadm reset`, and the attempt may have added an etcd member.
+   */
+  async #kubeadmJoin(config: KubeadmJoinConfig, role: NodeRole, signal: AbortSignal): Promise<void> {
+    const { logger, kubeadm, paths } = this.#deps;
+    const leftovers = [
+      `${paths.kubernetesDir}/kubelet.conf`,
+      `${paths.kubernetesDir}/bootstrap-kubelet.conf`,
+    ];
+    if (role !== "ControlPlane") leftovers.push(`${paths.pkiDir}/ca.crt`);
+    const manifests = `${paths.kubernetesDir}/manifests`;
+    const existedBefore = new Set(await existingFiles(leftovers));
+    const manifestsBefore = new Set(await fileNames(manifests));
+    let first: string | undefined;
     for (let attempt = 1;; attempt++) {
       try {
         await kubeadm.join(config, { signal });
         return;
       } catch (error) {
         const message = redact(messageOf(error), config.token);
-        if (signal.aborted || attempt >= this.#joinAttempts) {
+        first ??= message;
+        const wroteManifests = role === "ControlPlane" &&
+          (await fileNames(manifests)).some((name) => !manifestsBefore.has(name));
+        if (signal.aborted || attempt >= this.#joinAttempts || wroteManifests) {
+          const failures = first === message ? `last: ${message}` : `first: ${first}; last: ${message}`;
           throw new ApplyError(
             signal.aborted ? "timeout" : "kubeadm-join",
-            `joining Kubernetes cluster: kubeadm join failed ${attempt} time(s); last: ${message}`,
+            `joining Kubernetes cluster: kubeadm join failed ${attempt} time(s)${
+              wroteManifests && attempt < this.#joinAttempts
+                ? " after writing the control plane's static Pod manifests (not retried: that needs kubeadm reset)"
+                : ""
+            }; ${failures}`,
             true,
             { cause: error },
+          );
+        }
+        const removed = (await existingFiles(leftovers)).filter((path) => !existedBefore.has(path));
+        for (const path of removed) {
+          // Left in place, the file makes the next attempt's preflight fail naming it.
+          await this.#deps.removeFile(path).catch((error) =>
+            logger.error("could not remove a file of the failed kubeadm join", {
+              path,
+              ...errorFields(error),
+            })
           );
         }
         logger.warn("kubeadm join failed; retrying", {
@@ -370,6 +407,7 @@ export class JoinTicketApplier implements TicketApplier {
           of: this.#joinAttempts,
           retryInMs: this.#joinRetryPauseMs,
           error: message,
+          ...(removed.length > 0 && { removedLeftovers: removed }),
         });
       }
       await this.#timers.sleep(this.#joinRetryPauseMs, { signal });
@@ -457,4 +495,19 @@ function messageOf(error: unknown): string {
 function dirname(path: string): string {
   const index = path.lastIndexOf("/");
   return index <= 0 ? "/" : path.slice(0, index);
+}
+
+/** Those of `paths` that exist. */
+async function existingFiles(paths: readonly string[]): Promise<string[]> {
+  const exists = await Promise.all(paths.map((path) => Deno.lstat(path).then(() => true, () => false)));
+  return paths.filter((_, i) => exists[i]);
+}
+
+/** The names in directory `dir`; none when it cannot be read (kubeadm's own preflight then says why). */
+async function fileNames(dir: string): Promise<string[]> {
+  try {
+    return (await Array.fromAsync(Deno.readDir(dir))).map((entry) => entry.name);
+  } catch {
+    return [];
+  }
 }

@@ -77,6 +77,7 @@ interface WorldOptions {
   tickets?: (call: TicketCall, index: number) => Promise<IssueJoinTicketResponse>;
   lock?: boolean | string;
   kubeadmFailures?: number;
+  kubeadmLateFailures?: number;
   /** Which control plane a round asks first; default the first listed (null: the client's own default). */
   firstEndpoint?: ((count: number) => number) | null;
 }
@@ -92,6 +93,7 @@ async function world(options: WorldOptions = {}): Promise<World> {
     timers,
     lock: options.lock,
     kubeadmFailures: options.kubeadmFailures,
+    kubeadmLateFailures: options.kubeadmLateFailures,
   });
   roots.push(os.root);
   const calls: TicketCall[] = [];
@@ -429,6 +431,45 @@ Deno.test("join client", async (t) => {
         assert.ok(!w.log.lines.some((line) => line.includes(TOKEN)), "the token is redacted");
         assert.match(String(retried[0].error), /token \[redacted\] rejected/);
         assert.deepEqual(w.os.started, ["kubelet.service"]);
+      },
+    },
+    {
+      name:
+        "a worker's kubeadm join fails after writing the kubelet's files: they are removed, the retry joins",
+      run: async () => {
+        const w = await world({ kubeadmLateFailures: 1 });
+        assert.equal((await drive(w.client.run(), w.timers, [INTERVAL, 5000])).status, "joined");
+        assert.equal(w.os.joins.length, 2);
+        const [retried] = warnings(w, "kubeadm join failed; retrying");
+        assert.deepEqual(
+          retried.removedLeftovers,
+          [
+            "etc/kubernetes/kubelet.conf",
+            "etc/kubernetes/bootstrap-kubelet.conf",
+            "etc/kubernetes/pki/ca.crt",
+          ]
+            .map((path) => `${w.os.root}/${path}`),
+        );
+        assert.deepEqual(w.os.started, ["kubelet.service"]);
+      },
+    },
+    {
+      name:
+        "a control plane's kubeadm join fails after writing its manifests: not retried, terminal, first failure named",
+      run: async () => {
+        const w = await world({ self: script(controlPlane), kubeadmFailures: 1, kubeadmLateFailures: 1 });
+        const error = await drive(w.client.run(), w.timers, [INTERVAL, 5000]).then(
+          () => assert.fail("joined"),
+          (e) => e,
+        );
+        assert.ok(error instanceof ApplyError);
+        assert.equal(error.reason, "kubeadm-join");
+        assert.equal(w.os.joins.length, 2, "the attempt that wrote manifests is the last");
+        assert.match(
+          error.message,
+          /kubeadm join failed 2 time\(s\) after writing the control plane's static Pod manifests \(not retried: that needs kubeadm reset\); first: .*token \[redacted\] rejected; last: .*kubelet-start: timed out$/,
+        );
+        assert.deepEqual(w.os.started, []);
       },
     },
     {

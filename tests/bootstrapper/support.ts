@@ -164,6 +164,11 @@ export interface FakeOsOptions {
   lock?: boolean | string;
   /** kubeadm join fails this many times first (with the token in its message, to check redaction). */
   kubeadmFailures?: number;
+  /**
+   * kubeadm join then fails this many times after writing what its phases write before the kubelet's TLS
+   * bootstrap times out: a control plane's static Pod manifests, the kubelet's kubeconfigs, a worker's CA.
+   */
+  kubeadmLateFailures?: number;
   logger: Logger;
   timers: Timers;
 }
@@ -172,6 +177,7 @@ export interface FakeOsOptions {
 export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
   const root = await Deno.makeTempDir({ prefix: "apply-ticket-" });
   let kubeadmFailures = options.kubeadmFailures ?? 0;
+  let kubeadmLateFailures = options.kubeadmLateFailures ?? 0;
   const os: FakeOs = {
     root,
     locks: [],
@@ -213,13 +219,32 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
       },
     },
     kubeadm: {
-      join: (config) => {
+      join: async (config) => {
         os.joins.push(config);
+        // kubeadm's preflight FileAvailable checks: what an earlier attempt wrote must be gone.
+        const kubernetesDir = `${root}/etc/kubernetes`;
+        const outputs = [`${kubernetesDir}/kubelet.conf`, `${kubernetesDir}/bootstrap-kubelet.conf`];
+        if (!config.controlPlane) outputs.push(`${kubernetesDir}/pki/ca.crt`);
+        for (const file of outputs) {
+          if (await Deno.lstat(file).then(() => true, () => false)) {
+            throw new Error(`kubeadm join failed (code 1): [ERROR FileAvailable]: ${file} already exists`);
+          }
+        }
         if (kubeadmFailures > 0) {
           kubeadmFailures--;
-          return Promise.reject(new Error(`kubeadm join failed (code 1): token ${config.token} rejected`));
+          throw new Error(`kubeadm join failed (code 1): token ${config.token} rejected`);
         }
-        return Promise.resolve({ stdout: "", stderr: "" });
+        if (kubeadmLateFailures > 0) {
+          kubeadmLateFailures--;
+          if (config.controlPlane) {
+            await Deno.mkdir(`${kubernetesDir}/manifests`, { recursive: true });
+            await Deno.writeTextFile(`${kubernetesDir}/manifests/kube-apiserver.yaml`, "kind: Pod\n");
+          }
+          await Deno.mkdir(`${kubernetesDir}/pki`, { recursive: true });
+          for (const file of outputs) await Deno.writeTextFile(file, "written by the failed attempt\n");
+          throw new Error("kubeadm join failed (code 1): error execution phase kubelet-start: timed out");
+        }
+        return { stdout: "", stderr: "" };
       },
     },
     systemd: {
@@ -230,6 +255,7 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
       },
     },
     paths: {
+      kubernetesDir: `${root}/etc/kubernetes`,
       pkiDir: `${root}/etc/kubernetes/pki`,
       kubeletKey: `${root}/run/state/kubelet/pki/kubelet-client-key.pem`,
       kubeletCert: `${root}/run/state/kubelet/pki/kubelet-client-crt.pem`,
