@@ -21,6 +21,7 @@ import { type Logger, silentLogger } from "../log/logger.ts";
 import type { ConnectionConfig } from "./connection.ts";
 import { errorFromResponse, KubernetesError, unavailableError } from "./errors.ts";
 import { KubeconfigError } from "./kubeconfig.ts";
+import { isWellFormedToken } from "./token.ts";
 
 /** Any Kubernetes object. */
 export interface KubernetesObject {
@@ -394,7 +395,17 @@ export class KubernetesClient implements Disposable {
     const headers = new Headers({ "Accept": "application/json", "User-Agent": this.#userAgent });
     if (request.contentType) headers.set("Content-Type", request.contentType);
     if (this.#connection.token) {
-      headers.set("Authorization", `Bearer ${await this.#connection.token.token()}`);
+      const token = await this.#connection.token.token();
+      // Loaders refuse such tokens already; a TokenSource from elsewhere must not make Headers.set throw a
+      // TypeError that quotes the header, token included, into a log.
+      if (!isWellFormedToken(token)) {
+        throw new KubernetesError(
+          "Unknown",
+          0,
+          `kubernetes: ${request.name}: the bearer token is malformed (only visible ASCII characters are allowed)`,
+        );
+      }
+      headers.set("Authorization", `Bearer ${token}`);
     }
     const url = new URL(this.server + request.path);
     for (const [key, value] of Object.entries(request.query ?? {})) url.searchParams.set(key, value);

@@ -36,7 +36,7 @@ export type KubernetesErrorReason =
   | "StoreReadError"
   /** No answer from the API server: connection or TLS failure, or the call's timeout ran out. */
   | "Unavailable"
-  /** The server answered with an error that carries no known reason. */
+  /** The server answered with an error that carries no known reason, or the request could not be built (code 0). */
   | "Unknown";
 
 const statusReasons: ReadonlySet<string> = new Set<KubernetesErrorReason>([
@@ -94,7 +94,7 @@ const maxServerMessage = 1000;
 
 /** A failed Kubernetes API request. */
 export class KubernetesError extends Error {
-  /** HTTP status code, or 0 when no response arrived (`Unavailable`). */
+  /** HTTP status code, or 0 when no response arrived (`Unavailable`) or no request was sent. */
   readonly code: number;
   /** Machine-readable reason. */
   readonly reason: KubernetesErrorReason;
@@ -137,14 +137,14 @@ export function isKubernetesError(error: unknown, reason?: KubernetesErrorReason
  */
 export function errorFromResponse(request: string, code: number, body: string): KubernetesError {
   const status = parseStatus(body);
-  const reason = status?.reason !== undefined && statusReasons.has(status.reason)
+  const reason = status.reason !== undefined && statusReasons.has(status.reason)
     ? status.reason as KubernetesErrorReason
     : reasonByCode[code] ?? "Unknown";
-  const serverMessage = truncate(status?.message ?? "");
+  const serverMessage = truncate(status.message ?? "");
   const text = serverMessage ? `: ${serverMessage}` : "";
   return new KubernetesError(reason, code, `kubernetes: ${request}: ${reason} (${code})${text}`, {
     serverMessage,
-    details: status?.details,
+    details: status.details,
   });
 }
 
@@ -172,16 +172,30 @@ export function unavailableError(
   });
 }
 
-function parseStatus(body: string): Status | undefined {
+/**
+ * The fields of a `Status` body that are used, each only if of its type: the
+ * body comes from whatever answered (a proxy, a broken server), and a
+ * `message` that is not a string would break `truncate` or reach callers as
+ * a `serverMessage` that is not one. Empty if the body is no `Status`.
+ */
+function parseStatus(body: string): Pick<Status, "reason" | "message" | "details"> {
+  let value: unknown;
   try {
-    const value: unknown = JSON.parse(body);
-    if (typeof value === "object" && value !== null && (value as Status).kind === "Status") {
-      return value as Status;
-    }
+    value = JSON.parse(body);
   } catch {
     // Not JSON (e.g. a proxy's HTML page): the status code alone tells the reason.
+    return {};
   }
-  return undefined;
+  if (!isObject(value) || value.kind !== "Status") return {};
+  return {
+    reason: typeof value.reason === "string" ? value.reason : undefined,
+    message: typeof value.message === "string" ? value.message : undefined,
+    details: isObject(value.details) ? value.details as StatusDetails : undefined,
+  };
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /** Joins the messages of an error's cause chain: fetch puts the useful part (TLS alert, errno) in `cause`. */

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { type Clock, systemClock } from "../clock.ts";
 import type { ConnectionConfig } from "./connection.ts";
 import { KubeconfigError } from "./kubeconfig.ts";
-import { fileTokenSource, type ReadTextFile } from "./token.ts";
+import { fileTokenSource, type ReadTextFile, TokenFileError, tokenFromFile } from "./token.ts";
 
 /** Where a pod's service-account credentials are mounted. */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -68,9 +68,12 @@ export async function inClusterConfig(options: InClusterOptions = {}): Promise<C
   };
   const caPem = await read("ca.crt");
   const tokenPath = join(dir, "token");
-  const initialToken = (await read("token")).trim();
-  if (initialToken === "") {
-    throw new KubeconfigError("missing", `service-account token file ${tokenPath} is empty`);
+  let initialToken: string;
+  try {
+    initialToken = tokenFromFile(await read("token"), tokenPath);
+  } catch (error) {
+    if (!(error instanceof TokenFileError)) throw error;
+    throw new KubeconfigError(error.reason, `service-account ${error.message}`);
   }
   const clock = options.clock ?? systemClock;
   const token = fileTokenSource(tokenPath, {

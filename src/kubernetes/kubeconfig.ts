@@ -16,7 +16,14 @@ import { parse, YAMLParseError } from "yaml";
 import { readCertificate } from "../x509/certificate.ts";
 import { decodePemBlocks, encodePem } from "../x509/pem.ts";
 import type { ClientCertificate, ConnectionConfig } from "./connection.ts";
-import { fileTokenSource, type ReadTextFile, staticToken, type TokenSource } from "./token.ts";
+import {
+  fileTokenSource,
+  isWellFormedToken,
+  type ReadTextFile,
+  staticToken,
+  TokenFileError,
+  type TokenSource,
+} from "./token.ts";
 
 /** A `clusters[].cluster` entry, with the kubeconfig's own key names. */
 export interface KubeconfigCluster {
@@ -103,13 +110,16 @@ export class KubeconfigError extends ReasonError<KubeconfigErrorReason> {}
 export function parseKubeconfig(text: string): Kubeconfig {
   let document: unknown;
   try {
-    document = parse(text);
+    // Warnings (unknown tags or directives) would go to stderr quoting the source line, which may hold a token.
+    document = parse(text, { logLevel: "error" });
   } catch (error) {
-    // The yaml library's message quotes the offending source line, which may hold a key or token: keep only its first line.
-    const detail = error instanceof YAMLParseError
-      ? error.message.split("\n")[0].replace(/:$/, "")
-      : "parse error";
-    throw new KubeconfigError("malformed", `kubeconfig is not valid YAML: ${detail}`);
+    // Only the error's code and position: the yaml library's message quotes source text, even in its
+    // first line ("Could not resolve tag: !x!<token>"), and the source may hold a key or token.
+    const position = error instanceof YAMLParseError && error.linePos
+      ? ` at line ${error.linePos[0].line}, column ${error.linePos[0].col}`
+      : "";
+    const detail = error instanceof YAMLParseError ? ` (${error.code})` : "";
+    throw new KubeconfigError("malformed", `kubeconfig is not valid YAML${position}${detail}`);
   }
   if (document === null || document === undefined) document = {};
   const root = expectObject(document, "kubeconfig");
@@ -258,10 +268,18 @@ export async function resolveConnection(
       try {
         await source.token();
       } catch (error) {
-        throw new KubeconfigError("unreadable", `tokenFile of ${userLabel}: ${(error as Error).message}`);
+        const reason = error instanceof TokenFileError ? error.reason : "unreadable";
+        throw new KubeconfigError(reason, `tokenFile of ${userLabel}: ${(error as Error).message}`);
       }
       token = source;
     } else if (user.token) {
+      // Checked here, where the error can name the user without the value; see isWellFormedToken.
+      if (!isWellFormedToken(user.token)) {
+        throw new KubeconfigError(
+          "malformed",
+          `token of ${userLabel} is not a bearer token (one line of visible ASCII characters)`,
+        );
+      }
       token = staticToken(user.token);
     }
   }

@@ -6,6 +6,7 @@
  * @module
  */
 import { type Clock, systemClock } from "../clock.ts";
+import { ReasonError } from "../reason_error.ts";
 
 /** Supplies the bearer token for each request. */
 export interface TokenSource {
@@ -15,6 +16,45 @@ export interface TokenSource {
 
 /** Reads a text file; injected so callers keep read permissions scoped. */
 export type ReadTextFile = (path: string) => Promise<string>;
+
+/** Why a token file gave no token; named as the kubeconfig's reasons, so loaders pass them on unchanged. */
+export type TokenFileErrorReason =
+  | "unreadable" // the file could not be read
+  | "missing" // the file is empty
+  | "malformed"; // the file holds something that is not a bearer token
+
+/** A token file could not be read or holds no usable token. The message never holds the file's content. */
+export class TokenFileError extends ReasonError<TokenFileErrorReason> {}
+
+/**
+ * Whether `token` can be sent as a bearer token: visible ASCII only (RFC
+ * 6750's b64token is a subset). A control character (a newline inside, a
+ * token file of two lines) cannot go into a header: Deno's `Headers` throws
+ * a TypeError quoting the whole header, token included. Spaces and
+ * non-ASCII characters are refused too: no issued token has them, so they
+ * mean a damaged value.
+ */
+export function isWellFormedToken(token: string): boolean {
+  return /^[\x21-\x7e]+$/.test(token);
+}
+
+/**
+ * The token in a token file's `text`, without surrounding white space.
+ *
+ * @throws {TokenFileError} "missing" if there is none, "malformed" if it is
+ * not {@linkcode isWellFormedToken}; the message names `path`, never the content.
+ */
+export function tokenFromFile(text: string, path: string): string {
+  const token = text.trim();
+  if (token === "") throw new TokenFileError("missing", `token file ${path} is empty`);
+  if (!isWellFormedToken(token)) {
+    throw new TokenFileError(
+      "malformed",
+      `token file ${path} does not hold a bearer token (one line of visible ASCII characters)`,
+    );
+  }
+  return token;
+}
 
 /** A token source that always returns `token`. */
 export function staticToken(token: string): TokenSource {
@@ -35,8 +75,9 @@ export interface FileTokenSourceOptions {
 
 /**
  * A token source reading `path`, re-reading it once `refreshMs` have passed.
- * If a re-read fails (the kubelet swaps the file), the previous token is used
- * until the next attempt; the first read's failure is thrown.
+ * If a re-read fails or finds no usable token (the kubelet swaps the file),
+ * the previous token is used until the next attempt; the first read's
+ * failure is thrown as a {@linkcode TokenFileError}.
  */
 export function fileTokenSource(path: string, options: FileTokenSourceOptions = {}): TokenSource {
   const readTextFile = options.readTextFile ?? Deno.readTextFile;
@@ -47,8 +88,7 @@ export function fileTokenSource(path: string, options: FileTokenSourceOptions = 
 
   const read = async (): Promise<string> => {
     try {
-      const token = (await readTextFile(path)).trim();
-      if (token === "") throw new Error(`token file ${path} is empty`);
+      const token = tokenFromFile(await readTextFile(path), path);
       cached = { token, readAtMs: clock.now() };
       return token;
     } catch (error) {
@@ -57,7 +97,10 @@ export function fileTokenSource(path: string, options: FileTokenSourceOptions = 
         cached = { token: cached.token, readAtMs: clock.now() };
         return cached.token;
       }
-      throw new Error(`reading bearer token file ${path}: ${(error as Error).message}`);
+      throw new TokenFileError(
+        error instanceof TokenFileError ? error.reason : "unreadable",
+        `reading bearer token file ${path}: ${(error as Error).message}`,
+      );
     }
   };
 

@@ -424,6 +424,33 @@ Deno.test("client: bearer tokens authenticate; an expired one is Unauthorized (4
   assert.equal(server.requests.filter((r) => r.status === 401).length, 1, "401 is not retried");
 });
 
+Deno.test("client: a malformed bearer token from a TokenSource is refused without quoting it", async (t) => {
+  // The loaders refuse such tokens; this is the client's own guard for any other TokenSource.
+  const rows: [string, string][] = [
+    ["a newline inside", "SECRETPART1\nSECRETPART2"],
+    ["a Latin-1 letter", "SECRETPART1\u00e9SECRETPART2"],
+    ["a character beyond Latin-1", "SECRETPART1\u0101SECRETPART2"],
+  ];
+  await using server = await startFakeApiServer({ requireClientCertificate: false });
+  for (const [name, token] of rows) {
+    await t.step(name, async () => {
+      using client = new KubernetesClient(
+        { server: server.url, caPem: server.caPem, token: staticToken(token), namespace: "default" },
+        { retryDelayMs: 10 },
+      );
+      const requests = server.requests.length;
+      const error = await assertKubernetesError(
+        client.getSecret("kube-system", "x"),
+        "Unknown",
+        0,
+        "kubernetes: get secrets kube-system/x: the bearer token is malformed (only visible ASCII characters are allowed)",
+      );
+      assert.equal(error.retryable, false);
+      assert.equal(server.requests.length, requests, "nothing is sent");
+    });
+  }
+});
+
 Deno.test("client: RBAC denial is Forbidden (403)", async () => {
   await withClient(async (client) => {
     await assertKubernetesError(

@@ -52,6 +52,29 @@ Deno.test("errorFromResponse: a long server message is cut", () => {
   assert.equal(error.serverMessage.length, 1001);
 });
 
+Deno.test("errorFromResponse: Status fields of the wrong type are ignored, not a TypeError", async (t) => {
+  const rows: [string, string][] = [
+    ["a message object with a length", '{"kind":"Status","message":{"length":5000}}'],
+    ["a numeric message", '{"kind":"Status","message":7}'],
+    ["an array message", '{"kind":"Status","message":["a","b"]}'],
+    [
+      "a reason array and details that are not an object",
+      '{"kind":"Status","reason":["NotFound"],"details":"x"}',
+    ],
+    ["details that are an array", '{"kind":"Status","details":[{"name":"x"}]}'],
+  ];
+  for (const [name, body] of rows) {
+    await t.step(name, () => {
+      const error = errorFromResponse("get x", 500, body);
+      assert.equal(error.reason, "InternalError");
+      assert.equal(error.code, 500);
+      assert.equal(error.serverMessage, "");
+      assert.equal(error.message, "kubernetes: get x: InternalError (500)");
+      assert.equal(error.details, undefined);
+    });
+  }
+});
+
 Deno.test("unavailableError: names the request and the transport cause chain", () => {
   const cause = new TypeError("fetch failed", { cause: new Error("tcp connect error: Connection refused") });
   const error = unavailableError("get secrets a/b", "cannot reach the API server at https://h:6443", cause);

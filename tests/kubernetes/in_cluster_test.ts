@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { inClusterConfig } from "../../src/kubernetes/in_cluster.ts";
 import { KubeconfigError } from "../../src/kubernetes/kubeconfig.ts";
-import { fileTokenSource } from "../../src/kubernetes/token.ts";
+import { fileTokenSource, TokenFileError } from "../../src/kubernetes/token.ts";
 import { ManualClock } from "../support/manual_clock.ts";
 import { createTestCa } from "../support/pki.ts";
 
@@ -97,6 +97,55 @@ Deno.test("inClusterConfig: missing environment or mount gives clear errors", as
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("inClusterConfig: a token file that is not one line of visible ASCII is refused without quoting it", async () => {
+  const dir = await serviceAccountDir({ "ca.crt": ca.certPem, token: "SECRETPART1\nSECRETPART2\n" });
+  try {
+    await assert.rejects(
+      inClusterConfig({
+        env: podEnv({ KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" }),
+        serviceAccountDir: dir,
+      }),
+      (error: unknown) => {
+        assert.ok(error instanceof KubeconfigError, `expected KubeconfigError, got ${error}`);
+        assert.equal(error.reason, "malformed");
+        assert.equal(
+          error.message,
+          `service-account token file ${
+            join(dir, "token")
+          } does not hold a bearer token (one line of visible ASCII characters)`,
+        );
+        return true;
+      },
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("fileTokenSource: a file of two lines is refused without quoting it; a re-read keeps the previous token", async () => {
+  const clock = new ManualClock(1_700_000_000_000);
+  const files = new Map([["/token", "SECRETPART1\nSECRETPART2\n"]]);
+  const source = fileTokenSource("/token", {
+    clock,
+    refreshMs: 1000,
+    readTextFile: (path) => Promise.resolve(files.get(path)!),
+  });
+  await assert.rejects(source.token(), (error: unknown) => {
+    assert.ok(error instanceof TokenFileError, `expected TokenFileError, got ${error}`);
+    assert.equal(error.reason, "malformed");
+    assert.equal(
+      error.message,
+      "reading bearer token file /token: token file /token does not hold a bearer token (one line of visible ASCII characters)",
+    );
+    return true;
+  });
+  files.set("/token", "good\n");
+  assert.equal(await source.token(), "good");
+  files.set("/token", "half-written\u0000");
+  clock.advance(1001);
+  assert.equal(await source.token(), "good", "a malformed re-read is a failed re-read");
 });
 
 Deno.test("fileTokenSource: a failed re-read keeps the previous token until the next period", async () => {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
+import process from "node:process";
 import { stringify } from "yaml";
 import {
   type Kubeconfig,
@@ -176,6 +177,20 @@ Deno.test("kubeconfig: tokenFile is read relative to the kubeconfig and wins ove
   assert.equal(await connection.token?.token(), "file-token");
 });
 
+Deno.test("kubeconfig: an empty tokenFile is 'missing', as an empty service-account token", async () => {
+  await assertKubeconfigError(
+    resolveConnection(
+      parseKubeconfig(stringify(adminConf({
+        users: [{ name: "kubernetes-admin", user: { tokenFile: "/etc/kubernetes/token" } }],
+      }))),
+      { baseDir: "/", readTextFile: () => Promise.resolve(" \n") },
+    ),
+    "missing",
+    'tokenFile of user "kubernetes-admin": reading bearer token file /etc/kubernetes/token: ' +
+      "token file /etc/kubernetes/token is empty",
+  );
+});
+
 Deno.test("kubeconfig: --context overrides current-context", async () => {
   const document = adminConf({
     clusters: [
@@ -340,18 +355,93 @@ Deno.test("kubeconfig: unsupported and malformed entries give clear errors", asy
   assert.throws(() => parseKubeconfig("- just\n- a list\n"), { message: "kubeconfig is not a mapping" });
 });
 
-Deno.test("kubeconfig: a YAML error does not quote the source, which may hold a token", () => {
+Deno.test("kubeconfig: a YAML error does not quote the source, which may hold a token", async (t) => {
   const secret = "s3cr3t-t0k3n-value";
-  assert.throws(
-    () => parseKubeconfig(`users:\n- name: a\n  user: {token: ${secret}\n    broken: [`),
-    (error: unknown) => {
-      assert.ok(error instanceof KubeconfigError);
-      assert.equal(error.reason, "malformed");
-      assert.match(error.message, /^kubeconfig is not valid YAML: .+ at line \d+, column \d+$/);
-      assert.ok(!error.message.includes(secret));
-      return true;
-    },
-  );
+  const rows: [string, string, RegExp][] = [
+    ["a broken flow mapping", `users:\n- name: a\n  user: {token: ${secret}\n    broken: [`, /.+/],
+    // The yaml library's first message line itself quotes these.
+    ["a tag with an unknown handle", `users:\n- name: a\n  user:\n    token: !e!${secret}\n`, /line 4/],
+    ["a block scalar header", `users:\n- name: a\n  user:\n    token: |${secret}\n      x\n`, /line 4/],
+    ["a YAML version", `%YAML 1.${secret}\n---\nusers: []\n`, /line 1/],
+  ];
+  for (const [name, text, position] of rows) {
+    await t.step(name, () => {
+      assert.throws(() => parseKubeconfig(text), (error: unknown) => {
+        assert.ok(error instanceof KubeconfigError);
+        assert.equal(error.reason, "malformed");
+        assert.match(error.message, /^kubeconfig is not valid YAML at line \d+, column \d+ \([A-Z_]+\)$/);
+        assert.match(error.message, position);
+        assert.ok(!error.message.includes(secret), error.message);
+        return true;
+      });
+    });
+  }
+});
+
+Deno.test("kubeconfig: YAML warnings are not printed, since they quote the source line", () => {
+  const warnings: unknown[] = [];
+  const emitWarning = process.emitWarning;
+  const consoleWarn = console.warn;
+  // The yaml library warns through process.emitWarning, or console.warn where there is no process.
+  process.emitWarning = ((warning: unknown) => warnings.push(warning)) as typeof process.emitWarning;
+  console.warn = (...args: unknown[]) => warnings.push(args);
+  try {
+    const config = parseKubeconfig(
+      "%FOO s3cr3t\n---\nusers:\n- name: a\n  user: {token: !s3cr3t-t0k3n-value x}\n",
+    );
+    assert.equal(config.users[0].user.token, "x", "an unknown tag is ignored, as before");
+  } finally {
+    process.emitWarning = emitWarning;
+    console.warn = consoleWarn;
+  }
+  assert.deepEqual(warnings, []);
+});
+
+Deno.test("kubeconfig: a token that is not one line of visible ASCII is refused without quoting it", async (t) => {
+  const rows: [string, string][] = [
+    ["a newline inside", "sha256~SECRETTOKENPART1\nSECRETPART2"],
+    ["a carriage return inside", "SECRETTOKENPART1\rSECRETPART2"],
+    ["a space inside", "SECRETTOKENPART1 SECRETPART2"],
+    ["a Latin-1 letter", "SECRETTOKENPART1\u00e9SECRETPART2"],
+    ["a character beyond Latin-1", "SECRETTOKENPART1\u20acSECRETPART2"],
+  ];
+  for (const [name, token] of rows) {
+    await t.step(`inline, ${name}`, async () => {
+      const files: Record<string, string> = {
+        "/etc/kubernetes/admin.conf": stringify(
+          adminConf({ users: [{ name: "kubernetes-admin", user: { token } }] }),
+        ),
+      };
+      await assert.rejects(
+        loadKubeconfig("/etc/kubernetes/admin.conf", {
+          readTextFile: (path) => Promise.resolve(files[path]),
+        }),
+        (error: unknown) => {
+          assert.ok(error instanceof KubeconfigError, `expected KubeconfigError, got ${error}`);
+          assert.equal(error.reason, "malformed");
+          assert.equal(
+            error.message,
+            '/etc/kubernetes/admin.conf: token of user "kubernetes-admin" is not a bearer token (one line of visible ASCII characters)',
+          );
+          return true;
+        },
+      );
+    });
+    await t.step(`tokenFile, ${name}`, async () => {
+      const files: Record<string, string> = { "/etc/kubernetes/token": `${token}\n` };
+      await assertKubeconfigError(
+        resolveConnection(
+          parseKubeconfig(stringify(adminConf({
+            users: [{ name: "kubernetes-admin", user: { tokenFile: "token" } }],
+          }))),
+          { baseDir: "/etc/kubernetes", readTextFile: (path) => Promise.resolve(files[path]) },
+        ),
+        "malformed",
+        'tokenFile of user "kubernetes-admin": reading bearer token file /etc/kubernetes/token: ' +
+          "token file /etc/kubernetes/token does not hold a bearer token (one line of visible ASCII characters)",
+      );
+    });
+  }
 });
 
 function discoveryConfig(overrides: Partial<Kubeconfig>): Kubeconfig {
