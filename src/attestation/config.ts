@@ -42,8 +42,8 @@
  *
  * Each error names the offending key.
  *
- * Parsing is strict: unknown fields, wrong types and malformed values are
- * errors naming the field. The file's variant must equal the variant the
+ * Parsing is strict: unknown fields, repeated keys, wrong types and
+ * malformed values are errors naming the field. The file's variant must equal the variant the
  * service was started with: the variant never changes at runtime.
  *
  * @module
@@ -51,6 +51,7 @@
 import { ReasonError } from "../reason_error.ts";
 import { readRegularFile } from "../fs/read_regular_file.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
+import { describeRepeatedKey, findRepeatedKey } from "../json/repeated_key.ts";
 import type { AkTrust, Measurements } from "./attestation.ts";
 import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
 import { knownVariants, UnknownVariantError } from "./registry.ts";
@@ -118,6 +119,9 @@ export function parseAttestationConfig(
     // V8's message carries the position ("at position 7 (line 1 column 8)") where it knows it.
     fail(`invalid JSON: ${jsonSyntaxError(error)}`, "invalid-json", error);
   }
+  // JSON.parse keeps the last of two equal keys: which of two measurements counts must not be a guess.
+  const repeated = findRepeatedKey(text);
+  if (repeated !== undefined) fail(`${describeRepeatedKey(repeated)}: give each key once`);
   if (!isPlainObject(value)) return fail(`want a JSON object, got ${describeType(value)}`);
   for (const field of Object.keys(value)) {
     if (!TOP_LEVEL_FIELDS.includes(field)) {

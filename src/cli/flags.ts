@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { parseEndpointFlag, parseFlags, parseSeconds, UsageError } from "../flags/flags.ts";
 import { initParameterProblem } from "../init/parameters.ts";
 import type { InitCommand } from "./init.ts";
@@ -114,6 +114,56 @@ function required(value: string | undefined, flag: string): string {
   return value;
 }
 
+/** A flag's value, undefined when not given; given empty, a usage error (a default must not stand in silently). */
+function nonEmpty(value: string | undefined, flag: string): string | undefined {
+  if (value === "") throw new UsageError(`${flag} must not be empty`);
+  return value;
+}
+
+/**
+ * Refuses `output` (the file of flag `outputFlag`) when it is the file of
+ * one of `others` ([path, flag]; an absent optional file is undefined).
+ */
+function refuseSameFile(output: string, outputFlag: string, others: [string | undefined, string][]): void {
+  const names = namesOfFile(output);
+  for (const [other, flag] of others) {
+    if (other === undefined) continue;
+    const same = [...namesOfFile(other)].find((name) => names.has(name));
+    if (same !== undefined) {
+      throw new UsageError(`${outputFlag} must not be the file of ${flag} (both name ${same})`);
+    }
+  }
+}
+
+/**
+ * The absolute paths by which `path` reaches its file: as written; through
+ * its directory's real path (a symlinked directory); and the file's own
+ * real path when it exists (a symlink to it). Two paths that share one name
+ * the same file.
+ */
+function namesOfFile(path: string): Set<string> {
+  const absolute = resolve(path);
+  const names = new Set([absolute]);
+  const directory = realPathOrUndefined(dirname(absolute));
+  if (directory !== undefined) names.add(join(directory, basename(absolute)));
+  const file = realPathOrUndefined(absolute);
+  if (file !== undefined) names.add(file);
+  return names;
+}
+
+/**
+ * `path`'s real path, or undefined when it cannot be had (it does not exist,
+ * or lies outside the CLI's read permissions): the command reports that
+ * file's problem itself when it gets to it.
+ */
+function realPathOrUndefined(path: string): string | undefined {
+  try {
+    return Deno.realPathSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
 function seconds(value: string | undefined, flag: string, fallback: number): number {
   return value === undefined ? fallback * 1000 : parseSeconds(value, flag);
 }
@@ -152,8 +202,8 @@ function parseInitFlags(args: string[]): InitCommand {
       ? undefined
       : required(flags["kubernetes-components"], "--kubernetes-components"),
     clusterName: flags["cluster-name"] ?? INIT_DEFAULTS.clusterName,
-    kubeconfigOut: flags["kubeconfig-out"] ?? INIT_DEFAULTS.kubeconfigOut,
-    logsOut: flags["logs-out"] ?? INIT_DEFAULTS.logsOut,
+    kubeconfigOut: nonEmpty(flags["kubeconfig-out"], "--kubeconfig-out") ?? INIT_DEFAULTS.kubeconfigOut,
+    logsOut: nonEmpty(flags["logs-out"], "--logs-out") ?? INIT_DEFAULTS.logsOut,
     timeoutMs: seconds(flags.timeout, "--timeout", INIT_DEFAULTS.timeoutSeconds),
     initTimeoutMs: seconds(flags["init-timeout"], "--init-timeout", INIT_DEFAULTS.initTimeoutSeconds),
   };
@@ -162,17 +212,17 @@ function parseInitFlags(args: string[]): InitCommand {
     (parameter) => parameter === "kubernetesVersion" ? "--kubernetes-version" : "--cluster-name",
   );
   if (problem !== undefined) throw new UsageError(problem);
-  // The logs file is replaced on every failed attempt: it must not be the master secret or the kubeconfig.
-  for (
-    const [other, flag] of [[command.masterSecret, "--master-secret"], [
-      command.kubeconfigOut,
-      "--kubeconfig-out",
-    ]]
-  ) {
-    if (resolve(command.logsOut) === resolve(other)) {
-      throw new UsageError(`--logs-out must not be the file of ${flag}`);
-    }
-  }
+  const inputs: [string | undefined, string][] = [
+    [command.attestationConfig, "--attestation-config"],
+    [command.masterSecret, "--master-secret"],
+    [command.initSecretFile, "--init-secret-file"],
+    [command.kubernetesComponentsFile, "--kubernetes-components"],
+  ];
+  // The kubeconfig is written after the init, which cannot be had again: it must have a file of its own.
+  refuseSameFile(command.kubeconfigOut, "--kubeconfig-out", inputs);
+  // The logs file is replaced after a failed init: the input files (the init secret among them, without
+  // which no node can be initialized) and the kubeconfig must not be it.
+  refuseSameFile(command.logsOut, "--logs-out", [...inputs, [command.kubeconfigOut, "--kubeconfig-out"]]);
   return command;
 }
 

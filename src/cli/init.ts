@@ -39,7 +39,7 @@ import { loadOrCreateMasterSecretFile } from "./master_secret_file.ts";
 import { connectNode } from "./node_connection.ts";
 import { INIT_SERVER, wrongServerHint } from "./node_errors.ts";
 import { saveKubeconfig } from "./kubeconfig_out.ts";
-import { checkCreatable, writePrivateFile } from "./output_file.ts";
+import { checkCreatable, describeFsError, writePrivateFile } from "./output_file.ts";
 import type { Progress } from "./progress.ts";
 
 /** Pause between attempts while the node is unreachable. */
@@ -324,7 +324,12 @@ export async function readInitSecret(path: string): Promise<Uint8Array> {
     bytes = await readSecretFile(path, { description: "init secret", minLength: 1 });
   } catch (error) {
     if (error instanceof SecretFileError) {
-      throw new CliError("input", `${error.message} (--init-secret-file)`, { cause: error });
+      // An unreadable file is worded as the CLI's other input files are: the CLI's permissions are a
+      // deno.json set, which has no --allow-read to add.
+      const problem = error.reason === "too-short"
+        ? error.message
+        : `cannot read init secret file ${path}: ${describeFsError(error.cause, path, "read")}`;
+      throw new CliError("input", `${problem} (--init-secret-file)`, { cause: error });
     }
     throw error;
   }

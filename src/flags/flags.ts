@@ -188,6 +188,8 @@ function describeParseError(err: unknown, component: string): string {
     case "ERR_PARSE_ARGS_INVALID_OPTION_VALUE": {
       if (!option) return message ?? "invalid flag value";
       const flag = option.split(" ")[0];
+      // A value given to a boolean flag (--print-hex=false).
+      if ((message ?? "").includes("does not take an argument")) return `flag ${flag} takes no value`;
       return (message ?? "").includes("ambiguous")
         ? `flag ${flag} needs a value (write ${flag}=<value> for one starting with "-")`
         : `flag ${flag} needs a value`;

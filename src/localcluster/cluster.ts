@@ -67,6 +67,7 @@ import {
   type ServiceArgsOptions,
   updateAttestationConfig,
 } from "./services.ts";
+import { startTimeOf } from "../os/processes.ts";
 import type { ClusterStatus, NodeStatus } from "./status.ts";
 import { readStatus, STOP_GRACE_MS, writeStatus } from "./status.ts";
 import type { Swtpm } from "./swtpm.ts";
@@ -356,7 +357,7 @@ async function run(
   options: RecoverLocalClusterOptions,
   start: (cluster: Cluster) => Promise<void>,
 ): Promise<LocalCluster> {
-  const cluster = new Cluster(options);
+  const cluster = new Cluster(options, await startTimeOf(Deno.pid));
   const onAbort = () => cluster.close("stopped");
   options.signal?.addEventListener("abort", onAbort, { once: true });
   try {
@@ -395,13 +396,15 @@ class Cluster implements LocalCluster {
   #closed = false;
   #closing?: Promise<void>;
 
-  constructor(options: RecoverLocalClusterOptions) {
+  /** A cluster supervised by this process, which started at `supervisorStart` (as `ps` prints it). */
+  constructor(options: RecoverLocalClusterOptions, supervisorStart: string | undefined) {
     this.#options = options;
     this.paths = clusterPaths(options.stateDir);
     this.status = {
       state: "starting",
       stateDir: options.stateDir,
       supervisorPid: Deno.pid,
+      supervisorStart,
       network: { kind: "loopback", hostAddress: "", bridge: "", namespaces: [], owner: "" },
       startedAt: rfc3339(Date.now()),
       kubeconfig: this.paths.adminConf,

@@ -21,7 +21,7 @@ import { resolve } from "node:path";
 import { type LocalCluster, recoverableNodes, recoverLocalCluster, startLocalCluster } from "./cluster.ts";
 import type { ClusterStatus } from "./status.ts";
 import { CLUSTER_USAGE, type ClusterCommand, parseClusterArgs } from "./flags.ts";
-import { isClusterProcess, readStatus, STATUS_FILE, stopCluster } from "./status.ts";
+import { readStatus, STATUS_FILE, stopCluster, supervisorRuns } from "./status.ts";
 import { createLiveView, nodeTable, summary } from "./view.ts";
 
 const encoder = new TextEncoder();
@@ -34,6 +34,7 @@ export async function main(args: string[]): Promise<number> {
   if (typeof command === "number") return command;
   const stateDir = resolve(command.stateDir);
   try {
+    await checkStateDir(command.stateDir, stateDir);
     switch (command.command) {
       case "up":
         return await up(command, stateDir);
@@ -57,10 +58,27 @@ export async function main(args: string[]): Promise<number> {
   }
 }
 
+/**
+ * Refuses a state directory (`given` as the operator wrote it, resolved to
+ * `stateDir`) that is a file or lies below one: every command would
+ * otherwise fail with the system's "Not a directory", naming no path. One
+ * that does not exist is fine: `up` creates it, the others say no cluster
+ * is there.
+ */
+async function checkStateDir(given: string, stateDir: string): Promise<void> {
+  try {
+    if ((await Deno.stat(stateDir)).isDirectory) return;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return;
+    if (!(error instanceof Deno.errors.NotADirectory)) throw error;
+  }
+  throw new Error(`--state-dir ${given} is not a directory`);
+}
+
 async function up(command: Extract<ClusterCommand, { command: "up" }>, stateDir: string): Promise<number> {
   const previous = await readStatus(stateDir);
   if (previous !== undefined) {
-    if (await isClusterProcess(previous.supervisorPid, stateDir) && previous.supervisorPid !== Deno.pid) {
+    if (await supervisorRuns(previous) && previous.supervisorPid !== Deno.pid) {
       throw new Error(
         `a cluster runs in ${stateDir} (cluster up is PID ${previous.supervisorPid}): cluster down first`,
       );
@@ -103,7 +121,7 @@ async function recover(
   if (previous === undefined) {
     throw new Error(`no cluster in ${stateDir} (start one with: deno task cluster up)`);
   }
-  if (await isClusterProcess(previous.supervisorPid, stateDir) && previous.supervisorPid !== Deno.pid) {
+  if (await supervisorRuns(previous) && previous.supervisorPid !== Deno.pid) {
     throw new Error(
       `the cluster in ${stateDir} runs (cluster up is PID ${previous.supervisorPid}): nothing to recover`,
     );
@@ -170,7 +188,7 @@ async function status(stateDir: string, output: "table" | "json"): Promise<numbe
   if (status === undefined) {
     throw new Error(`no cluster in ${stateDir} (start one with: deno task cluster up)`);
   }
-  const supervisorAlive = await isClusterProcess(status.supervisorPid, stateDir);
+  const supervisorAlive = await supervisorRuns(status);
   if (!supervisorAlive && (status.state === "running" || status.state === "starting")) {
     status.state = "failed";
     status.reason = `cluster up (PID ${status.supervisorPid}) is gone; run cluster down to clean up`;

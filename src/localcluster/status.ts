@@ -8,7 +8,7 @@
  * @module
  */
 import { writeFileAtomic } from "../fs/atomic_write.ts";
-import { commandLineOf, signalProcess } from "../os/processes.ts";
+import { commandLineOf, signalProcess, startTimeOf } from "../os/processes.ts";
 import type { NetworkKind, NetworkNames } from "./network.ts";
 import { removeNetwork } from "./network.ts";
 import type { PhaseState } from "./phase.ts";
@@ -64,6 +64,11 @@ export interface ClusterStatus {
   stateDir: string;
   /** The PID of `cluster up`. */
   supervisorPid: number;
+  /**
+   * When `cluster up` started, as `ps` prints it (`lstart`): with the PID it names the process, whose
+   * command line need not name the state directory (the default). Absent in files of earlier versions.
+   */
+  supervisorStart?: string;
   /** The network's kind, the host's address in it and what to remove. */
   network: { kind: NetworkKind; hostAddress: string } & NetworkNames;
   /** When `up` started (RFC 3339). */
@@ -137,18 +142,47 @@ export async function writeStatus(status: ClusterStatus): Promise<void> {
   });
 }
 
-/** What the command line of `cluster up` holds (it may not name the state directory: the default). */
-const SUPERVISOR_MARK = "localcluster/main.ts";
-
 /**
- * Whether `pid` is a live process of this cluster: it exists and its command
- * line names the state directory, or is `cluster up`'s (a reused PID of
- * another program is neither).
+ * Whether `pid` is a live process this cluster started: it exists and its
+ * command line names the state directory (see {@linkcode namesPath}); a
+ * reused PID, of another program or of another cluster's process, names
+ * another directory or none.
  */
 export async function isClusterProcess(pid: number, stateDir: string): Promise<boolean> {
   const commandLine = await commandLineOf(pid);
-  return commandLine !== undefined &&
-    (commandLine.includes(stateDir) || commandLine.includes(SUPERVISOR_MARK));
+  return commandLine !== undefined && namesPath(commandLine, stateDir);
+}
+
+/** What the command line of `cluster up` holds; status files without a start time are told by it alone. */
+const SUPERVISOR_MARK = "localcluster/main.ts";
+
+/**
+ * Whether the status file's `cluster up` still runs: its PID's process
+ * started when the file says. A reused PID (another cluster's `cluster up`
+ * among them) started later.
+ */
+export async function supervisorRuns(
+  status: Pick<ClusterStatus, "supervisorPid" | "supervisorStart">,
+): Promise<boolean> {
+  if (status.supervisorStart === undefined) {
+    return (await commandLineOf(status.supervisorPid))?.includes(SUPERVISOR_MARK) ?? false;
+  }
+  return await startTimeOf(status.supervisorPid) === status.supervisorStart;
+}
+
+/**
+ * Whether `commandLine` (arguments joined by spaces, as `ps` shows them)
+ * names `path` itself or a path below it: as an argument, a flag's value
+ * after "=" or an element of a comma-separated list. A longer name that
+ * starts with it (`/x/cluster2` for `/x/cluster`) does not count.
+ */
+export function namesPath(commandLine: string, path: string): boolean {
+  for (let at = commandLine.indexOf(path); at !== -1; at = commandLine.indexOf(path, at + 1)) {
+    const before = commandLine[at - 1] ?? " ";
+    const after = commandLine[at + path.length] ?? " ";
+    if (/[\s=,]/.test(before) && /[\s/,]/.test(after)) return true;
+  }
+  return false;
 }
 
 /** How long processes get to exit after SIGTERM before SIGKILL. */
@@ -168,17 +202,19 @@ export interface StopResult {
  * then the network, if it is still this cluster's.
  */
 export async function stopCluster(status: ClusterStatus): Promise<StopResult> {
-  const records = [{ name: "cluster up", pid: status.supervisorPid }, ...status.processes];
-  const running: ProcessRecord[] = [];
-  for (const record of records) {
-    if (record.pid !== Deno.pid && await isClusterProcess(record.pid, status.stateDir)) running.push(record);
-  }
+  const supervisor = { name: "cluster up", pid: status.supervisorPid };
+  const runs = (record: ProcessRecord) =>
+    record === supervisor ? supervisorRuns(status) : isClusterProcess(record.pid, status.stateDir);
+  const running = await filterAsync(
+    [supervisor, ...status.processes].filter((record) => record.pid !== Deno.pid),
+    runs,
+  );
   for (const record of running) await signalProcess(record.pid, "SIGTERM");
   const deadline = Date.now() + STOP_GRACE_MS;
   let left = running;
   while (left.length > 0 && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 50));
-    left = await filterAsync(left, (record) => isClusterProcess(record.pid, status.stateDir));
+    left = await filterAsync(left, runs);
   }
   for (const record of left) await signalProcess(record.pid, "SIGKILL");
   if (status.network.kind !== "netns") return { stopped: running, network: "none" };

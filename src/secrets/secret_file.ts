@@ -16,9 +16,13 @@ export class SecretFileError extends ReasonError<SecretFileProblem> {
   /** The file's path. */
   readonly path: string;
 
-  /** A problem with the secret file at `path`; `message` never holds its content. */
-  constructor(reason: SecretFileProblem, path: string, message: string) {
-    super(reason, message);
+  /**
+   * A problem with the secret file at `path`; `message` never holds its
+   * content. `options.cause`: the file system's error, for a caller that
+   * words it in its own terms (e.g. its permission set).
+   */
+  constructor(reason: SecretFileProblem, path: string, message: string, options?: ErrorOptions) {
+    super(reason, message, options);
     this.path = path;
   }
 }
@@ -45,19 +49,24 @@ export async function readSecretFile(path: string, options: ReadSecretFileOption
     bytes = await readRegularFile(path);
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) {
-      throw new SecretFileError("missing", path, `${what}: does not exist`);
+      throw new SecretFileError("missing", path, `${what}: does not exist`, { cause: err });
     }
     if (err instanceof Deno.errors.NotCapable) {
       throw new SecretFileError(
         "not-permitted",
         path,
         `${what}: outside this process's read permissions (grant it with --allow-read=${path})`,
+        { cause: err },
       );
     }
     if (err instanceof Deno.errors.PermissionDenied) {
-      throw new SecretFileError("unreadable", path, `${what}: permission denied by the operating system`);
+      throw new SecretFileError("unreadable", path, `${what}: permission denied by the operating system`, {
+        cause: err,
+      });
     }
-    throw new SecretFileError("unreadable", path, `${what}: cannot be read: ${firstLine(err)}`);
+    throw new SecretFileError("unreadable", path, `${what}: cannot be read: ${firstLine(err)}`, {
+      cause: err,
+    });
   }
   if (bytes.length < options.minLength) {
     bytes.fill(0);

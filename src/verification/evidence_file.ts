@@ -25,6 +25,7 @@ import { MAX_EVIDENCE_DOCUMENT_BYTES } from "../attestation/attestation.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
 import { describeType, isPlainObject } from "../attestation/measurements.ts";
 import { INIT_NONCE_LENGTH, isPublicKeyLength } from "../init/protocol.ts";
+import { EndpointError, parseEndpoint } from "../net/endpoint.ts";
 import type { NodeEvidence } from "./report.ts";
 
 /** The `format` of the files this module writes and reads. */
@@ -63,7 +64,8 @@ const EVIDENCE_FIELDS = ["variant", "document"];
 /**
  * Parses an evidence file's `text` (from `source`, named in errors).
  * Strict: unknown fields, wrong types and bad encodings are errors naming
- * the field. Throws {@linkcode EvidenceFileError}.
+ * the field; `node` must be host:port (the report prints it as it is).
+ * Throws {@linkcode EvidenceFileError}.
  */
 export function parseEvidenceFile(text: string, source: string): NodeEvidence {
   const fail = (message: string): never => {
@@ -83,6 +85,13 @@ export function parseEvidenceFile(text: string, source: string): NodeEvidence {
     fail(`format must be "${EVIDENCE_FILE_FORMAT}", got ${JSON.stringify(value.format)}`);
   }
   const node = stringField(value, "node", fail);
+  try {
+    parseEndpoint(node);
+  } catch (error) {
+    if (!(error instanceof EndpointError)) throw error;
+    // Not quoted: the value is printed as the report's first line, and a file may carry terminal escapes.
+    fail("node must be host:port, e.g. 10.42.0.3:9001");
+  }
   if (value.fetchedAt !== undefined) stringField(value, "fetchedAt", fail);
   const nonce = hexField(value, "nonce", fail);
   if (nonce.length !== INIT_NONCE_LENGTH) {

@@ -139,6 +139,22 @@ Deno.test("invalid attestation configs are rejected with errors naming the field
       "attestation config: invalid JSON: Unexpected end of JSON input",
     ],
     [
+      "a measurement given twice (JSON.parse would keep the last)",
+      `{"variant": "qemu-vtpm", "measurements": {"4": {"expected": "${A32}"}, "4": {"expected": "${
+        "bb".repeat(32)
+      }"}}}`,
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: key "4" is given twice in measurements: give each key once',
+    ],
+    [
+      "a top-level key given twice",
+      `{"variant": "qemu-vtpm", "variant": "dummy", "measurements": ${JSON.stringify(MEASUREMENTS)}}`,
+      "qemu-vtpm",
+      "invalid-config",
+      'attestation config: key "variant" is given twice at the top level: give each key once',
+    ],
+    [
       "not an object",
       "[]",
       "qemu-vtpm",

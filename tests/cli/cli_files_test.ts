@@ -14,7 +14,7 @@ import {
   parseMasterSecretFile,
   readMasterSecretFile,
 } from "../../src/cli/master_secret_file.ts";
-import { saveNodeLogs } from "../../src/cli/init.ts";
+import { readInitSecret, saveNodeLogs } from "../../src/cli/init.ts";
 import { describeNodeCallError, wrongServerHint } from "../../src/cli/node_errors.ts";
 import { saveKubeconfig } from "../../src/cli/kubeconfig_out.ts";
 import { recoverDiskKey, RECOVERY_SERVER, runRecover } from "../../src/cli/recover.ts";
@@ -267,6 +267,101 @@ Deno.test("command line: one-line usage errors", () => {
   );
 });
 
+Deno.test("command line: init's output files may be no other file of the command, also through a symlink", async (t) => {
+  const dir = await Deno.realPath(await tempDir());
+  try {
+    // (`ln`: the tests' permission set cannot make symlinks with Deno.symlink.)
+    const ln = async (target: string, link: string) =>
+      assert.ok((await new Deno.Command("ln", { args: ["-s", target, link] }).output()).success);
+    await Deno.mkdir(`${dir}/ops`);
+    await ln(`${dir}/ops`, `${dir}/linked-ops`);
+    await Deno.writeTextFile(`${dir}/ops/init-secret`, "init secret");
+    await ln(`${dir}/ops/init-secret`, `${dir}/secret-link`);
+    const init = (...more: string[]) => [
+      ...["init", "--node", "10.0.0.1:9000", "--attestation-config", `${dir}/ops/config.json`],
+      ...["--master-secret", `${dir}/ops/master-secret.json`, "--init-secret-file", `${dir}/ops/init-secret`],
+      ...["--kubernetes-version", "v1.30.2", "--kubernetes-components", `${dir}/ops/components.json`],
+      ...more,
+    ];
+    const rows: { name: string; args: string[]; want: RegExp }[] = [
+      {
+        name: "--logs-out names the attestation config",
+        args: init("--logs-out", `${dir}/ops/config.json`),
+        want: /^--logs-out must not be the file of --attestation-config \(both name .*\/ops\/config.json\)$/,
+      },
+      {
+        name: "--logs-out names the init secret file",
+        args: init("--logs-out", `${dir}/ops/init-secret`),
+        want: /^--logs-out must not be the file of --init-secret-file/,
+      },
+      {
+        name: "--logs-out names the components file",
+        args: init("--logs-out", `${dir}/ops/components.json`),
+        want: /^--logs-out must not be the file of --kubernetes-components/,
+      },
+      {
+        name: "--logs-out names the init secret file through a symlinked directory",
+        args: init("--logs-out", `${dir}/linked-ops/init-secret`),
+        want: /^--logs-out must not be the file of --init-secret-file/,
+      },
+      {
+        name: "--logs-out names the master secret file (not there yet) through a symlinked directory",
+        args: init("--logs-out", `${dir}/linked-ops/master-secret.json`),
+        want: /^--logs-out must not be the file of --master-secret/,
+      },
+      {
+        name: "--logs-out names the kubeconfig through a relative path",
+        args: init("--kubeconfig-out", `${dir}/ops/admin.conf`, "--logs-out", `${dir}/ops/../ops/admin.conf`),
+        want: /^--logs-out must not be the file of --kubeconfig-out/,
+      },
+      {
+        name: "--logs-out is a symlink to the init secret file",
+        args: init("--logs-out", `${dir}/secret-link`),
+        want: /^--logs-out must not be the file of --init-secret-file/,
+      },
+      {
+        name: "--kubeconfig-out names the attestation config",
+        args: init("--kubeconfig-out", `${dir}/ops/config.json`),
+        want: /^--kubeconfig-out must not be the file of --attestation-config/,
+      },
+    ];
+    for (const row of rows) {
+      await t.step(row.name, () => {
+        assert.throws(
+          () => parseCliArgs(row.args),
+          (e) => e instanceof UsageError && row.want.test(e.message),
+        );
+      });
+    }
+    await t.step("files of their own are taken", () => {
+      const command = parseCliArgs(
+        init("--kubeconfig-out", `${dir}/linked-ops/admin.conf`, "--logs-out", `${dir}/linked-ops/init.log`),
+      );
+      assert.ok(command !== "help" && command.command === "init");
+      assert.equal(command.init.logsOut, `${dir}/linked-ops/init.log`);
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("command line: an empty --kubeconfig-out or --logs-out is refused, not replaced by the default", async (t) => {
+  const init = [
+    ...["init", "--node", "10.0.0.1:9000", "--attestation-config", "a", "--master-secret", "m.json"],
+    ...["--init-secret-file", "s", "--kubernetes-version", "v1.30.2"],
+  ];
+  for (const flag of ["--kubeconfig-out", "--logs-out"]) {
+    for (const [name, args] of [[`${flag}=`, [`${flag}=`]], [`${flag} ""`, [flag, ""]]] as const) {
+      await t.step(name, () => {
+        assert.throws(
+          () => parseCliArgs([...init, ...args]),
+          (e) => e instanceof UsageError && e.message === `${flag} must not be empty`,
+        );
+      });
+    }
+  }
+});
+
 const RESULT: VerifyResult = {
   node: "10.0.0.5:9000",
   variant: "qemu-vtpm",
@@ -378,6 +473,22 @@ Deno.test("a failed init's node logs: saved 0600 and named, or a note that they 
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test({
+  name:
+    "an init secret file the CLI may not read: said in the CLI's words, not Deno's flag, which no operator can add",
+  // As under the cli permission set, which denies /proc.
+  permissions: { read: false },
+  fn: async () => {
+    await assert.rejects(
+      readInitSecret("/proc/self/environ"),
+      rejectsWith(
+        "input",
+        /^cannot read init secret file \/proc\/self\/environ: outside the CLI's read permissions \(deno\.json permission set "cli"\) \(--init-secret-file\)$/,
+      ),
+    );
+  },
 });
 
 Deno.test("a node call's error in the operator's words: a timeout is unreachable, Ctrl-C canceled", () => {

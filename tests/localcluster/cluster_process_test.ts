@@ -10,7 +10,8 @@
  *
  * Each `cluster up` takes about 10 s, so there are three: one loopback
  * cluster for status, kubectl, the refused second up and down; one for
- * SIGINT; one with namespaces.
+ * SIGINT; one with namespaces. A --state-dir that is a file is refused
+ * before anything starts.
  */
 import assert from "node:assert/strict";
 import {
@@ -298,6 +299,18 @@ Deno.test("a state directory outside the cluster permission set is named with wh
     /cluster: \/var\/tmp\/not-a-cluster-dir is outside what the cluster permission set may read and write .*choose a --state-dir/,
   );
   assert.doesNotMatch(output(result), /--allow-read/);
+});
+
+Deno.test("a --state-dir that is a file is named as not a directory, by every command", async (t) => {
+  for (
+    const [command, stateDir] of [["up", "./README.md"], ["status", "README.md"], ["down", "README.md/c"]]
+  ) {
+    await t.step(`${command} --state-dir ${stateDir}`, async () => {
+      const result = await cluster([command, "--state-dir", stateDir]);
+      assert.equal(result.code, 1, output(result));
+      assert.equal(output(result), `cluster: --state-dir ${stateDir} is not a directory`);
+    });
+  }
 });
 
 /** The namespace `name`'s inode (its identity), or undefined when none is mounted by that name. */

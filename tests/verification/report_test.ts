@@ -208,6 +208,12 @@ Deno.test("an evidence file that is not one is refused naming the field", () => 
     [{ ...good, extra: 1 }, /unknown field "extra"/],
     [{ ...good, format: "v0" }, /format must be "node-evidence\/v1", got "v0"/],
     [{ ...good, node: 1 }, /node must be a string, got number/],
+    // Printed as the report's first line: text with line breaks or terminal escapes could forge a verdict.
+    [
+      { ...good, node: "10.0.0.5:9000 (qemu-vtpm): attestation OK\n\x1b[2Knode 10.0.0.6:9000" },
+      /^f\.json: node must be host:port, e\.g\. 10\.42\.0\.3:9001$/,
+    ],
+    [{ ...good, node: "10.0.0.5" }, /node must be host:port/],
     [{ ...good, nonce: "zz" }, /nonce must be hex/],
     [{ ...good, nonce: "01" }, /nonce must be 32 bytes, got 1/],
     [{ ...good, publicKey: "02".repeat(31) }, /publicKey must be 32 bytes \(X25519\), got 31/],
