@@ -31,7 +31,7 @@
  */
 import { createHash } from "node:crypto";
 import type { Component } from "../gen/components/components_pb.ts";
-import { isComponentHash, isComponentInstallPath } from "../joinservice/components.ts";
+import { isComponentHash, isComponentInstallPath, isComponentUrl } from "../joinservice/components.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 import { errorFields, systemTimers, type Timers } from "./retry.ts";
@@ -127,7 +127,7 @@ export class ComponentInstaller {
       fail("invalid-component", `hash ${JSON.stringify(component.hash)} is not sha256:<64 lower-case hex>`);
     }
     const expected = component.hash.slice("sha256:".length);
-    if (!/^(https?|data):/.test(component.url)) {
+    if (!isComponentUrl(component.url)) {
       fail("invalid-component", "the URL is not https, http or data");
     }
     const target = this.#placed(component.installPath, fail);

@@ -64,6 +64,11 @@ export function isComponentInstallPath(installPath: string): boolean {
   return installPath.startsWith("/") && installPath !== "/" && !installPath.split("/").includes("..");
 }
 
+/** Whether a node can download a component from `url`: https, http (the hash protects it) or data. */
+export function isComponentUrl(url: string): boolean {
+  return /^(https?|data):/.test(url);
+}
+
 /** JSON keys as Go writes them, by field. */
 const jsonKeys = { url: "URL", hash: "Hash", installPath: "InstallPath", extract: "Extract" } as const;
 type Field = keyof typeof jsonKeys;
@@ -72,9 +77,10 @@ const fieldsByLowerKey = new Map(fields.map((field) => [jsonKeys[field].toLowerC
 
 /**
  * Parses and validates the components JSON. `null` is an empty list (as in
- * Go). Each component needs a non-empty `URL`, a `Hash` of the form
- * `sha256:<64 lower-case hex>` and an absolute `InstallPath`; `Extract`
- * defaults to false. Throws {@linkcode ComponentsError}.
+ * Go). Each component needs an https, http or data `URL`, a `Hash` of the
+ * form `sha256:<64 lower-case hex>` and an `InstallPath` a node installs to
+ * ({@linkcode isComponentInstallPath}); `Extract` defaults to false. Throws
+ * {@linkcode ComponentsError}.
  */
 export function parseComponents(json: string): KubernetesComponent[] {
   // A ConfigMap's data is typed, not checked: the API answer may hold anything there.
@@ -110,12 +116,18 @@ function parseComponent(item: unknown, index: number): KubernetesComponent {
     }
     (component as unknown as Record<Field, unknown>)[field] = value;
   }
+  // As strict as the nodes' installer: a node finds a component it cannot install only after its node lock.
   if (component.url === "") fail(`"URL" is missing or empty`);
+  if (!isComponentUrl(component.url)) fail(`"URL" must be an https, http or data URL`);
   if (!isComponentHash(component.hash)) {
     fail(`"Hash" must be sha256:<64 lower-case hex digits>, got ${JSON.stringify(component.hash)}`);
   }
-  if (!component.installPath.startsWith("/")) {
-    fail(`"InstallPath" must be an absolute path, got ${JSON.stringify(component.installPath)}`);
+  if (!isComponentInstallPath(component.installPath)) {
+    fail(
+      `"InstallPath" must be an absolute path other than "/" without "..", got ${
+        JSON.stringify(component.installPath)
+      }`,
+    );
   }
   return component;
 }

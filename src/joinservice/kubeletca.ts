@@ -257,7 +257,7 @@ export async function signKubeletCertificate(
 
 /** A CSR that verified and keeps every kubelet rule: what its certificate gets. */
 interface KubeletRequest {
-  /** The node name of its common name (after `system:node:`, not normalized). */
+  /** The node name of its common name (after `system:node:`), a Kubernetes object name. */
   nodeName: string;
   /** Its subject, DER as the CSR has it. */
   subject: Uint8Array;
@@ -698,12 +698,23 @@ function ecdsaSignatureP1363(der: Uint8Array, scalarLength: number): Uint8Array<
 }
 
 function nodeNameOf(commonName: string): string {
+  let name: string;
+  let objectName: string;
   try {
-    return nodeNameFromCommonName(commonName);
+    name = nodeNameFromCommonName(commonName);
+    objectName = k8sCompliantHostname(name);
   } catch (error) {
     if (error instanceof NodeNameError) throw rejected(error.message);
     throw error;
   }
+  // The certificate carries the name as asked, the JoiningNode and the audit the object name: one name for both.
+  if (objectName !== name) {
+    throw rejected(
+      `certificate request must name the node as a Kubernetes object name (${JSON.stringify(objectName)}), ` +
+        `not ${JSON.stringify(name)}`,
+    );
+  }
+  return name;
 }
 
 /** Applies the kubelet certificate rules to a (signature-checked) CSR; returns its node name and what it may have. */
@@ -962,7 +973,7 @@ export function kubeletSigner(options: KubeletSignerOptions): KubeletSigner & { 
       try {
         const request = await checkedCertificateRequest(csrDer, reservedAddresses);
         const certificatePem = await issueKubeletCertificate(request, loaded, options.clock.now());
-        return { certificatePem, nodeName: k8sCompliantHostname(request.nodeName) };
+        return { certificatePem, nodeName: request.nodeName };
       } catch (error) {
         const refused = (error instanceof KubeletCaError && error.reason.startsWith("csr-")) ||
           error instanceof NodeNameError;

@@ -90,7 +90,18 @@ Deno.test("malformed components give errors naming the component and field", () 
       `component 0: "Hash" must be sha256:<64 lower-case hex digits>`,
     ],
     [item({ Hash: undefined }), `component 0: "Hash" must be sha256:<64 lower-case hex digits>, got ""`],
-    [item({ InstallPath: "bin/x" }), `component 0: "InstallPath" must be an absolute path, got "bin/x"`],
+    [
+      item({ InstallPath: "bin/x" }),
+      `component 0: "InstallPath" must be an absolute path other than "/" without "..", got "bin/x"`,
+    ],
+    // What the nodes' installer refuses (after their node lock) is refused here too.
+    [item({ URL: "ftp://x/kubelet" }), `component 0: "URL" must be an https, http or data URL`],
+    [item({ URL: "file:///etc/shadow" }), `component 0: "URL" must be an https, http or data URL`],
+    [item({ InstallPath: "/" }), `component 0: "InstallPath" must be an absolute path other than "/"`],
+    [
+      item({ InstallPath: "/run/../../etc/cron.d/x" }),
+      `component 0: "InstallPath" must be an absolute path other than "/" without "..", got "/run/../../etc/cron.d/x"`,
+    ],
     [
       JSON.stringify([JSON.parse(item({}))[0], { URL: "https://y", Hash: "nope", InstallPath: "/y" }]),
       `component 1: "Hash" must be sha256:<64 lower-case hex digits>, got "nope"`,

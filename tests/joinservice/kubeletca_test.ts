@@ -537,7 +537,7 @@ Deno.test("malformed CA certificates give clear errors", async () => {
 // --- certificate request rules ---
 
 Deno.test("CSRs that break the subject rules are rejected with the rule and the value", async () => {
-  const cases: [string, x509.JsonName, string][] = [
+  const cases: [string, x509.JsonName, string | RegExp][] = [
     [
       "wrong organization",
       [{ O: ["system:masters"] }, { CN: ["system:node:worker-1"] }],
@@ -562,6 +562,21 @@ Deno.test("CSRs that break the subject rules are rejected with the rule and the 
       "common name with an empty node name",
       [{ O: ["system:nodes"] }, { CN: ["system:node:"] }],
       `certificate request common name "system:node:" does not name a node`,
+    ],
+    [
+      "a node name that is not its own object name (the JoiningNode and the audit would name another)",
+      [{ O: ["system:nodes"] }, { CN: ["system:node:Worker_1"] }],
+      `certificate request must name the node as a Kubernetes object name ("worker-1"), not "Worker_1"`,
+    ],
+    [
+      "a node name that lower-cases into another (the Kelvin sign)",
+      [{ O: ["system:nodes"] }, { CN: ["system:node:worker-\u212A"] }],
+      `certificate request must name the node as a Kubernetes object name ("worker-k"), not "worker-\u212A"`,
+    ],
+    [
+      "a node name that is no object name at all",
+      [{ O: ["system:nodes"] }, { CN: ["system:node:worker 1"] }],
+      /^failed to generate a Kubernetes compliant hostname for "worker 1": /,
     ],
     [
       "two common names",
