@@ -96,7 +96,7 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
     await step("the inspector verifies a node in the browser: verified, every PCR matching", async () => {
       await timed("inspect a genuine node", () => inspectByKeyboard(page, waitingEndpoint));
       const verdict = await page.textContent("[data-testid=verdict]");
-      assert.equal(verdict, "Verified: attestation OK");
+      assert.equal(verdict, `Verified ${waitingEndpoint}: attestation OK`);
       const rows = await pcrRows(page);
       assert.deepEqual(rows.map((row) => row.pcr), ["4", "9", "15"]);
       for (const row of rows) {
@@ -131,7 +131,7 @@ Deno.test("browser console: inspector, dashboard and cluster view against a loca
         });
         assert.equal(
           await page.textContent("[data-testid=verdict]"),
-          "Verification failed: attestation FAILED (measurement-mismatch)",
+          `Verification failed for ${tampered.status.attestationEndpoint}: attestation FAILED (measurement-mismatch)`,
         );
         assert.equal(
           await page.textContent("[data-testid=verdict-mismatches]"),

@@ -105,20 +105,30 @@ function capitalize(text: string): string {
 
 /**
  * The base URL for an address the operator typed: "host:port" (an IPv6
- * host in brackets) or "http(s)://host:port". Throws an Error in words for
- * anything else.
+ * host in brackets), or "http(s)://host[:port]" (without a port the
+ * scheme's: 80 or 443, e.g. a TLS proxy in front of a browser port). Throws
+ * an Error in words for anything else, e.g. a bare host: a browser port has
+ * no usual number, so a missing port is a mistake, not port 80.
  */
 export function baseUrlOf(address: string, example: string): string {
   const trimmed = address.trim();
   if (trimmed === "") throw new Error(`Enter an address, e.g. ${example}.`);
-  const withScheme = /^https?:\/\//.test(trimmed) ? trimmed : `http://${trimmed}`;
+  const scheme = /^https?:\/\//i.exec(trimmed)?.[0];
+  const withScheme = scheme ? trimmed : `http://${trimmed}`;
   let url: URL;
   try {
     url = new URL(withScheme);
   } catch {
     throw new Error(`"${trimmed}" is not an address: want host:port, e.g. ${example}.`);
   }
-  if (url.port === "" || (url.pathname !== "/" && url.pathname !== "") || url.search || url.hash) {
+  // Whether the text names a port is read from the text itself: the parser drops a scheme's default port
+  // (url.port is "" for "http://host:80"), so its port cannot tell "host:80" from "host".
+  const authority = withScheme.slice(withScheme.indexOf("//") + 2).split(/[/?#]/, 1)[0];
+  const hasPort = /:\d+$/.test(authority);
+  if (
+    (!scheme && !hasPort) || url.username !== "" || url.password !== "" ||
+    (url.pathname !== "/" && url.pathname !== "") || url.search || url.hash
+  ) {
     throw new Error(`"${trimmed}" is not host:port: want e.g. ${example}.`);
   }
   return url.origin;

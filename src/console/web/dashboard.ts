@@ -27,7 +27,10 @@ const ENDPOINT_EXAMPLE = "10.42.0.2:30092";
 interface Watch {
   baseUrl: string;
   client: ReturnType<typeof createClient<typeof JoinAPI>>;
+  /** The next refresh, while one is waiting. */
   timer?: ReturnType<typeof setTimeout>;
+  /** Whether a refresh is running: it schedules the next itself when it ends, if live then. */
+  refreshing?: boolean;
   last?: { status: GetStatusResponse; at: number };
 }
 
@@ -44,7 +47,9 @@ export function setUpDashboard(): void {
   live.addEventListener("change", () => {
     if (!watch) return;
     clearTimeout(watch.timer);
-    if (live.checked) void refresh(watch);
+    // A refresh still running goes on when it ends (the box is checked then): one started here as well
+    // would be a second loop, each polling every 2 s.
+    if (live.checked && !watch.refreshing) void refresh(watch);
   });
   onConfigChange(() => {
     if (watch?.last) showDigestComparison(watch.last.status);
@@ -77,6 +82,7 @@ function startWatching(address: string): void {
 
 async function refresh(current: Watch): Promise<void> {
   const status = byId("dashboard-status");
+  current.refreshing = true;
   try {
     const answer = await current.client.getStatus({}, { timeoutMs: CALL_TIMEOUT_MS });
     if (watch !== current) return;
@@ -93,8 +99,11 @@ async function refresh(current: Watch): Promise<void> {
     });
     const stale = current.last ? ` Showing its status from ${formatTime(current.last.at)}.` : "";
     setStatus(status, `${described.message}${stale}`, "error");
+  } finally {
+    current.refreshing = false;
   }
   if (watch === current && byId<HTMLInputElement>("dashboard-live").checked) {
+    clearTimeout(current.timer);
     current.timer = setTimeout(() => void refresh(current), REFRESH_INTERVAL_MS);
   }
 }

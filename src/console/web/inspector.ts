@@ -52,14 +52,24 @@ export function setUpInspector(): void {
   const submit = byId<HTMLButtonElement>("inspect-button");
   const status = byId("inspect-status");
   let last: Inspection | undefined;
+  // The inspection under way. A new one aborts it: the disabled button stops only clicks, and the cluster
+  // view's buttons submit the form while one runs, so without this a slow node answering last would show
+  // its verdict (and give its evidence to the downloads) in place of the node asked last.
+  let current: AbortController | undefined;
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    current?.abort();
+    const inspection = new AbortController();
+    current = inspection;
+    last = undefined;
     submit.disabled = true;
     try {
-      last = await inspect(nodeInput.value, status);
+      last = await inspect(nodeInput.value, status, inspection.signal);
+    } catch (error) {
+      if (!inspection.signal.aborted) throw error; // else a newer inspection took over: this one stopped
     } finally {
-      submit.disabled = false;
+      if (current === inspection) submit.disabled = false;
     }
   });
   byId("download-evidence").addEventListener("click", () => {
@@ -89,8 +99,8 @@ const CLUSTER_CONFIG_SOURCE = "the local cluster's attestation config";
  * Loads the local cluster's attestation config, when the console serves one
  * (again when it changed: the cluster adds each new node's key to it).
  */
-export async function loadClusterConfig(): Promise<void> {
-  const response = await fetch("/api/attestation-config", { cache: "no-store" });
+export async function loadClusterConfig(signal?: AbortSignal): Promise<void> {
+  const response = await fetch("/api/attestation-config", { cache: "no-store", signal });
   if (response.status === 404) return; // not pointed at a local cluster
   if (!response.ok) {
     throw new Error(`the console could not read the cluster's attestation config (${response.status})`);
@@ -99,49 +109,63 @@ export async function loadClusterConfig(): Promise<void> {
   if (text !== currentConfig()?.text) await loadConfig(text, CLUSTER_CONFIG_SOURCE);
 }
 
-async function inspect(address: string, status: HTMLElement): Promise<Inspection | undefined> {
+/**
+ * Verifies the node at `address` and shows how it went. Once `signal`
+ * aborts (a newer inspection started) it shows nothing more: its next step
+ * throws the abort's reason instead, so only the newest inspection ever
+ * writes the status line or the result.
+ */
+async function inspect(
+  address: string,
+  status: HTMLElement,
+  signal: AbortSignal,
+): Promise<Inspection | undefined> {
+  const say = (text: string, kind?: "info" | "error") => {
+    signal.throwIfAborted();
+    setStatus(status, text, kind);
+  };
   const resultBox = byId("inspect-result");
   resultBox.hidden = true;
   let baseUrl: string;
   try {
     baseUrl = baseUrlOf(address, NODE_EXAMPLE);
   } catch (error) {
-    setStatus(status, (error as Error).message, "error");
+    say((error as Error).message, "error");
     return undefined;
   }
   // The cluster's config as it is now, unless the operator loaded another one.
   if (currentConfig()?.source === CLUSTER_CONFIG_SOURCE) {
     try {
-      await loadClusterConfig();
+      await loadClusterConfig(signal);
     } catch (error) {
-      setStatus(status, `Cannot reload ${CLUSTER_CONFIG_SOURCE}: ${(error as Error).message}`, "error");
+      say(`Cannot reload ${CLUSTER_CONFIG_SOURCE}: ${(error as Error).message}`, "error");
       return undefined;
     }
   }
   const loaded = currentConfig();
   if (loaded === undefined) {
-    setStatus(status, "Load an attestation config first: the evidence is verified against it.", "error");
+    say("Load an attestation config first: the evidence is verified against it.", "error");
     return undefined;
   }
   if (globalThis.crypto?.subtle === undefined) {
-    setStatus(
-      status,
+    say(
       "This page cannot verify: browsers give WebCrypto only to secure contexts. Open the console at http://127.0.0.1 (or https).",
       "error",
     );
     return undefined;
   }
   const node = new URL(baseUrl).host;
-  setStatus(status, `Asking ${node} for evidence over a fresh nonce…`);
+  say(`Asking ${node} for evidence over a fresh nonce…`);
   const client = createClient(InitAPI, createConnectTransport({ baseUrl }));
   const nonce = newAttestationNonce();
   let evidence: NodeEvidence;
   try {
-    const answer = await client.getAttestation({ nonce }, { timeoutMs: CALL_TIMEOUT_MS });
+    const answer = await client.getAttestation({ nonce }, { timeoutMs: CALL_TIMEOUT_MS, signal });
     evidence = evidenceFromAnswer(node, nonce, answer);
   } catch (error) {
+    signal.throwIfAborted(); // the call was cancelled for a newer inspection: nothing to describe
     if (error instanceof EvidenceAnswerError) {
-      setStatus(status, `Verification failed: ${error.message}.`, "error");
+      say(`Verification failed: ${error.message}.`, "error");
       return undefined;
     }
     const described = await describeCallError(error, {
@@ -150,25 +174,23 @@ async function inspect(address: string, status: HTMLElement): Promise<Inspection
       rpc: "init.API/GetAttestation",
       component: "its bootstrapper",
     });
-    setStatus(status, described.message, "error");
+    say(described.message, "error");
     return undefined;
   }
   const fetchedAt = Date.now();
-  setStatus(status, `Verifying the evidence of ${node} in this browser…`);
+  say(`Verifying the evidence of ${node} in this browser…`);
   const warnings: string[] = [];
   let result: VerifyResult;
   try {
-    result = await verifyNodeEvidence(evidence, loaded.config, { logger: collectingLogger(warnings) });
+    result = await verifyNodeEvidence(evidence, loaded.config, {
+      logger: collectingLogger(warnings),
+      signal,
+    });
   } catch (error) {
-    setStatus(
-      status,
-      `Verification failed: the evidence could not be checked: ${(error as Error).message}`,
-      "error",
-    );
+    say(`Verification failed: the evidence could not be checked: ${(error as Error).message}`, "error");
     return undefined;
   }
-  setStatus(
-    status,
+  say(
     `${result.passed ? "Verified" : "Verification failed for"} ${node} against ${loaded.source}, at ${
       new Date(fetchedAt).toLocaleTimeString()
     }.`,
@@ -180,9 +202,10 @@ async function inspect(address: string, status: HTMLElement): Promise<Inspection
 
 function showResult(result: VerifyResult, warnings: string[]): void {
   const verdict = byId("verdict");
+  // Named, so that a verdict can never pass for another node's.
   verdict.textContent = result.passed
-    ? `Verified: ${verdictText(result)}`
-    : `Verification failed: ${verdictText(result)}`;
+    ? `Verified ${result.node}: ${verdictText(result)}`
+    : `Verification failed for ${result.node}: ${verdictText(result)}`;
   verdict.className = `verdict ${result.passed ? "passed" : "failed"}`;
   showLine(byId("verdict-why"), whyText(result) && `Why: ${whyText(result)}`);
   showLine(byId("verdict-mismatches"), mismatchSummary(result));
