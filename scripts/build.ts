@@ -41,7 +41,7 @@
 import type * as esbuild from "esbuild";
 import { buildConsole } from "../src/console/build.ts";
 import { CONSOLE_FILES, PAGE_DIR_NAME } from "../src/console/page.ts";
-import { SERVICE_DENO_FLAGS } from "../src/os/service_runtime.ts";
+import { SERVICE_DENO_FLAGS, SERVICE_ENV, SERVICE_ENV_REMOVED } from "../src/os/service_runtime.ts";
 import { embeddedDescriptorsPlugin, IDENTIFIER } from "./embedded_descriptors.ts";
 
 /** A component to build. */
@@ -54,6 +54,8 @@ export interface Component {
   permissionSet: string;
   /** Runtime flags besides its permissions (e.g. `--v8-flags=…`). */
   runtimeFlags?: readonly string[];
+  /** Its environment: variables its launcher sets, and those it removes (e.g. the services' root store). */
+  runtimeEnv?: { set: Readonly<Record<string, string>>; removed: readonly string[] };
   /** Files the artifact reads beside its bundle, built with it (the console's page). */
   beside?: BesideFiles;
   /**
@@ -84,12 +86,14 @@ export const COMPONENTS: readonly Component[] = [
     entry: "src/keyservice/main.ts",
     permissionSet: "key-service",
     runtimeFlags: SERVICE_DENO_FLAGS,
+    runtimeEnv: { set: SERVICE_ENV, removed: SERVICE_ENV_REMOVED },
   },
   {
     name: "join-service",
     entry: "src/joinservice/main.ts",
     permissionSet: "join-service",
     runtimeFlags: SERVICE_DENO_FLAGS,
+    runtimeEnv: { set: SERVICE_ENV, removed: SERVICE_ENV_REMOVED },
   },
   { name: "bootstrapper", entry: "src/bootstrapper/main.ts", permissionSet: "bootstrapper" },
   { name: "local-api", entry: "src/localapi/main.ts", permissionSet: "local-api" },
@@ -209,8 +213,18 @@ else
   exit 127
 fi
 export DENO_NO_UPDATE_CHECK=1
-exec "$deno" run --no-config --no-prompt ${flags.map(shellQuote).join(" ")} "$dir/${name}.js" "$@"
+${environmentLines(component.runtimeEnv)}exec "$deno" run --no-config --no-prompt ${
+    flags.map(shellQuote).join(" ")
+  } "$dir/${name}.js" "$@"
 `;
+}
+
+/** The launcher's lines that set and remove `env`'s variables (none without it). */
+function environmentLines(env: Component["runtimeEnv"]): string {
+  if (env === undefined) return "";
+  const removed = env.removed.length > 0 ? `unset ${env.removed.join(" ")}\n` : "";
+  const set = Object.entries(env.set).map(([name, value]) => `export ${name}=${shellQuote(value)}\n`);
+  return removed + set.join("");
 }
 
 /**

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { SERVICE_DENO_FLAGS } from "../src/os/service_runtime.ts";
+import { SERVICE_DENO_FLAGS, SERVICE_ENV } from "../src/os/service_runtime.ts";
 import { commandLine, parseFlags, parsePort } from "../src/flags/flags.ts";
 
 /** Usage text for `--help`. */
@@ -85,7 +85,7 @@ async function main(args: string[]): Promise<number> {
       stdin: "null",
       stdout: "null", // the service writes only its log, to stderr
       stderr: "piped",
-      env: { NO_COLOR: "1" },
+      env: { NO_COLOR: "1", ...SERVICE_ENV },
       clearEnv: true,
     }).spawn();
     const stop = () => child.kill("SIGTERM");

@@ -20,7 +20,9 @@
  *
  * Permissions: the `join-service` permission set of deno.json (read
  * `/var/config`, `/etc/kubernetes` and the service-account directory; net;
- * the in-cluster environment variables):
+ * the in-cluster environment variables and `DENO_TLS_CA_STORE`, which the
+ * service wants empty: see `SERVICE_ENV` in src/os/service_runtime.ts, and
+ * a warning says when it is not):
  *
  * ```sh
  * deno task join-service --attestation-variant qemu-vtpm \
@@ -87,6 +89,13 @@ export async function main(args: string[]): Promise<number> {
   if (typeof flags === "number") return flags;
 
   const logger = createLogger({ level: flags.logLevel, fields: { component: "join-service" } });
+  // Its launcher, task and manifest leave Deno's root store empty (SERVICE_ENV, src/os/service_runtime.ts).
+  if (Deno.env.get("DENO_TLS_CA_STORE") !== "") {
+    logger.warn(
+      "Deno's root certificates are trusted besides the API server's CA: start the service with " +
+        "DENO_TLS_CA_STORE set to nothing, as its launcher does",
+    );
+  }
   const stopSignal = terminationSignal();
   let running: Running;
   try {

@@ -68,6 +68,7 @@ import {
   updateAttestationConfig,
 } from "./services.ts";
 import { startTimeOf } from "../os/processes.ts";
+import { SERVICE_ENV } from "../os/service_runtime.ts";
 import type { ClusterStatus, NodeStatus } from "./status.ts";
 import { readStatus, STOP_GRACE_MS, writeStatus } from "./status.ts";
 import type { Swtpm } from "./swtpm.ts";
@@ -747,12 +748,14 @@ class Cluster implements LocalCluster {
       `${name}/key-service`,
       node.network.commandPrefix,
       keyServiceArgs(options, netns ? KEY_SERVICE_PORT : 0),
+      { env: { ...SERVICE_ENV } },
     );
     node.services.push(keyService);
     const joinService = await this.#spawn(
       `${name}/join-service`,
       node.network.commandPrefix,
       joinServiceArgs({ ...options, keyServiceEndpoint: `127.0.0.1:${keyService.port}` }),
+      { env: { ...SERVICE_ENV } },
     );
     node.services.push(joinService);
     node.status.joinServiceEndpoint = `${node.network.reachableAddress}:${joinService.port}`;
@@ -1073,13 +1076,14 @@ class Cluster implements LocalCluster {
     name: string,
     prefix: readonly string[],
     args: string[],
-    options: { log?: string; onLine?: (line: string) => void } = {},
+    options: { log?: string; onLine?: (line: string) => void; env?: Record<string, string> } = {},
   ): Promise<RunningService> {
     const log = this.#logFile(options.log ?? `${this.paths.logs}/${name.replace("/", "-")}.log`);
     const [cmd, ...rest] = [...prefix, DENO, ...args];
     const process = await startService(cmd, rest, {
       readyMatch: LISTENING,
       cwd: REPO_ROOT,
+      env: options.env,
       timeoutMs: 60_000,
       onLine: (line) => {
         log(line);

@@ -2,7 +2,9 @@
  * The runtime settings the two long-running services, the join service and
  * the key service, run with wherever they are started (`deno task
  * join-service` / `key-service`, the artifacts of `scripts/build.ts`, the
- * local cluster, the tests).
+ * Kubernetes manifests, the local cluster, the tests).
+ *
+ * They trust no root certificate store ({@linkcode SERVICE_ENV}).
  *
  * Their JavaScript heap is kept close to what is live. With V8's defaults:
  *
@@ -32,3 +34,20 @@ export const SERVICE_V8_FLAGS: readonly string[] = [
 
 /** The flags of `deno run` and `deno compile` that apply {@linkcode SERVICE_V8_FLAGS}. */
 export const SERVICE_DENO_FLAGS: readonly string[] = [`--v8-flags=${SERVICE_V8_FLAGS.join(",")}`];
+
+/**
+ * The environment of the services: Deno's root certificate store left empty
+ * (`DENO_TLS_CA_STORE` set to nothing), so the join service trusts exactly
+ * the CAs it is given: the API server's, from the kubeconfig or the service
+ * account. `Deno.createHttpClient({ caCerts })` adds them to that store
+ * instead of replacing it, so with Deno's default (Mozilla's roots) an API
+ * server address that a public CA certifies could be impersonated, and would
+ * receive the service's credentials and the bootstrap tokens it writes. The
+ * key service opens no TLS connection; it runs the same way. Whoever starts
+ * a service with an inherited environment also removes
+ * {@linkcode SERVICE_ENV_REMOVED}.
+ */
+export const SERVICE_ENV: Readonly<Record<string, string>> = { DENO_TLS_CA_STORE: "" };
+
+/** Variables removed from a service's environment: `DENO_CERT` names a CA file Deno adds to the store. */
+export const SERVICE_ENV_REMOVED: readonly string[] = ["DENO_CERT"];

@@ -11,8 +11,9 @@
  * the build makes from deno.json's permission sets). A row is "not
  * permitted" only when Deno's permission check refused (`NotCapable`); a
  * missing file that was permitted to be looked at counts as permitted. The
- * last rows drive the real bootstrapper bundle into running programs: it
- * runs its tool, and cannot run `/bin/sh` or `curl`.
+ * trust rows fetch from a TLS server whose CA the environment trusts (the
+ * services must not). The last rows drive the real bootstrapper bundle into
+ * running programs: it runs its tool, and cannot run `/bin/sh` or `curl`.
  *
  * The rows where a service's own code meets its permissions (the key
  * service's secrets and listen address, the join service's inputs and
@@ -24,6 +25,7 @@ import { runToExit, startProcess } from "../../src/os/service_process.ts";
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { ARTIFACTS, buildArtifacts, DIST, PINNED_DENO } from "./artifacts.ts";
 import { withTempDir } from "../support/temp_dir.ts";
+import { createTestCa, issueLoopbackServerCert } from "../support/pki.ts";
 
 /** Placeholders in a row's probe: the ports of the two listeners the test opens. */
 const LOOPBACK_PORT = "$LOOPBACK_PORT";
@@ -268,6 +270,17 @@ const PROBE_ROWS: ProbeRow[] = [
   { artifact: "console", name: "cannot read HOME", probe: ["env", "HOME"], permitted: false },
 ];
 
+/**
+ * Whether an artifact trusts a TLS server whose CA the machine's environment trusts (the system store,
+ * `DENO_CERT`) but the artifact is not given: the services trust only the CAs they are given (the API
+ * server's; src/os/service_runtime.ts), the bootstrapper the usual roots besides (its component downloads).
+ */
+const TRUST_ROWS: { artifact: string; trusted: boolean }[] = [
+  { artifact: "join-service", trusted: false },
+  { artifact: "key-service", trusted: false },
+  { artifact: "bootstrapper", trusted: true },
+];
+
 /** A row where the real bootstrapper, told to use `cryptsetup` as its cryptsetup, logs `logLine`. */
 interface BootstrapperRow {
   name: string;
@@ -325,7 +338,17 @@ Deno.test("permission matrix: each built artifact does only what its permission 
   // The listener on 127.0.0.2 is reachable: a refusal below is the permission's, not the network's.
   (await Deno.connect({ hostname: OTHER_LOOPBACK, port: otherLoopback.port })).close();
 
+  // A server whose CA the environment below makes trusted every way Deno knows, and a CA the probe is given.
+  const environmentCa = await createTestCa("CN=environment-ca");
+  const givenCa = await createTestCa("CN=given-ca");
+  const leaf = await issueLoopbackServerCert(environmentCa);
+  await using tlsServer = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, cert: leaf.certPem, key: leaf.keyPem, onListen: () => {} },
+    () => new Response("trusted"),
+  );
+
   await withTempDir("permission-matrix-", async (dir) => {
+    await Deno.writeTextFile(`${dir}/environment-ca.pem`, environmentCa.certPem);
     // A kubeadm and a curl on PATH, so "cannot run" them is the permission's refusal, not a missing program.
     await Deno.mkdir(`${dir}/bin`);
     for (const program of ["kubeadm", "curl"]) {
@@ -356,6 +379,27 @@ Deno.test("permission matrix: each built artifact does only what its permission 
           const outcome = JSON.parse(result.stdoutLines.at(-1)!);
           assert.equal(outcome.permitted, row.permitted, JSON.stringify(outcome));
           if (!row.permitted) assert.equal(outcome.outcome, "NotCapable");
+        });
+      }
+      for (const row of TRUST_ROWS.filter((r) => r.artifact === artifact)) {
+        const what = row.trusted ? "trusts" : "does not trust";
+        await t.step(`${artifact}: ${what} a CA of the machine's store and DENO_CERT`, async () => {
+          const result = await runToExit(
+            "sh",
+            [`${probeDir}/launcher`, "tls", String(tlsServer.addr.port), btoa(givenCa.certPem)],
+            {
+              env: {
+                ...env,
+                DENO_TLS_CA_STORE: "system",
+                SSL_CERT_FILE: `${dir}/environment-ca.pem`,
+                DENO_CERT: `${dir}/environment-ca.pem`,
+              },
+              cwd: "/",
+            },
+          );
+          assert.equal(result.code, 0, result.stderrLines.join("\n"));
+          const outcome = JSON.parse(result.stdoutLines.at(-1)!);
+          assert.equal(outcome.outcome === "ok", row.trusted, JSON.stringify(outcome));
         });
       }
     }

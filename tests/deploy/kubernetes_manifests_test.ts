@@ -23,6 +23,7 @@ import assert from "node:assert/strict";
 import { parseAllDocuments } from "yaml";
 import { COMPONENTS } from "../../scripts/build.ts";
 import { knownVariants } from "../../src/attestation/registry.ts";
+import { SERVICE_ENV } from "../../src/os/service_runtime.ts";
 import {
   INTERNAL_CONFIG_NAME,
   JOIN_CONFIG_NAME,
@@ -338,6 +339,17 @@ Deno.test("both services keep Deno's code cache on a writable volume that outliv
       const { mount, volume } = volumeAt(daemonSet, denoDir);
       assert.notEqual(mount.readOnly, true);
       assert.ok(volume.emptyDir, `${name}: the cache is not an emptyDir`);
+    });
+  }
+});
+
+Deno.test("both services run with the services' environment: no root certificate store", async (t) => {
+  for (const name of ["join-service", "key-service"]) {
+    await t.step(name, () => {
+      const env = onlyContainer(findObject(objects, "DaemonSet", name)).env ?? [];
+      for (const [variable, value] of Object.entries(SERVICE_ENV)) {
+        assert.deepEqual(env.filter((v) => v.name === variable).map((v) => v.value), [value], variable);
+      }
     });
   }
 });

@@ -154,6 +154,18 @@ Deno.test("the join service process exits 1 with one clear line on a bad input, 
       assert.deepEqual(stderrLines, [`join-service: ${message} (see --help)`]);
     });
   }
+  await t.step(
+    "started without the services' environment, it warns that Deno's roots are trusted",
+    async () => {
+      const { code, stderrLines } = await runJoinServiceToExit(cluster.joinServiceArgs(cases[0][1]), {});
+      assert.equal(code, 1, stderrLines.join("\n"));
+      assert.deepEqual(stderrLines.map((line) => JSON.parse(line).level), ["warn", "error"]);
+      assert.match(
+        JSON.parse(stderrLines[0]).msg,
+        /^Deno's root certificates are trusted besides the API server's CA/,
+      );
+    },
+  );
   for (const [i, [name, , message]] of cases.entries()) {
     await t.step(name, () => {
       const { code, stderrLines, stdoutLines } = results[i];

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { SERVICE_DENO_FLAGS } from "../../src/os/service_runtime.ts";
+import { SERVICE_DENO_FLAGS, SERVICE_ENV } from "../../src/os/service_runtime.ts";
 import { type RunningService, runToExit, startService } from "../../src/os/service_process.ts";
 
 /** The repository root (the tests' working directory for `deno run` and `buf`). */
@@ -79,7 +79,7 @@ export async function startKeyService(
         saltPath,
         ...flags,
       ]),
-      { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT },
+      { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT, env: { ...SERVICE_ENV } },
     );
     let closing: Promise<Deno.CommandStatus> | undefined;
     return {

@@ -38,6 +38,7 @@ import {
 } from "../../src/localcluster/services.ts";
 import { type FakeApiServer, startFakeApiServer } from "./fake_apiserver.ts";
 import { JOIN_SERVICE_LISTENING } from "./join_cluster.ts";
+import { SERVICE_ENV } from "../../src/os/service_runtime.ts";
 import { type RunningService, startService } from "../../src/os/service_process.ts";
 
 /** The cluster's init secret (its bcrypt hash is what the metadata API serves). */
@@ -180,7 +181,7 @@ export async function startBootstrapCluster(
       const keyService = await startService(
         "deno",
         keyServiceArgs([config], ["--master-secret", `${config}/mastersecret`, "--salt", `${config}/salt`]),
-        { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT },
+        { readyMatch: KEY_SERVICE_LISTENING, cwd: REPO_ROOT, env: { ...SERVICE_ENV } },
       );
       stack.defer(() => keyService.stop().then(() => {}));
       keyServicePort = keyService.port;
@@ -200,7 +201,7 @@ export async function startBootstrapCluster(
           keyServiceEndpoint: `127.0.0.1:${keyServicePort}`,
           apiServerEndpoint: apiEndpoint,
         }),
-        { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT },
+        { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT, env: { ...SERVICE_ENV } },
       );
       stack.defer(() => service.stop().then(() => {}));
       return service;

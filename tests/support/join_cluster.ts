@@ -46,7 +46,7 @@ import {
 } from "../../src/joinservice/components.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefiles.ts";
 import { bootstrapTokenSecretName } from "../../src/joinservice/bootstraptoken.ts";
-import { SERVICE_DENO_FLAGS } from "../../src/os/service_runtime.ts";
+import { SERVICE_DENO_FLAGS, SERVICE_ENV } from "../../src/os/service_runtime.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../../src/kubernetes/names.ts";
 import { deriveKey } from "../../src/kms/hkdf.ts";
 import {
@@ -651,7 +651,11 @@ export async function joinServiceProcess(
   caPem: string,
   hostname = "127.0.0.1",
 ): Promise<JoinServiceProcess> {
-  const process = await startService("deno", args, { readyMatch: JOIN_SERVICE_LISTENING, cwd: REPO_ROOT });
+  const process = await startService("deno", args, {
+    readyMatch: JOIN_SERVICE_LISTENING,
+    cwd: REPO_ROOT,
+    env: { ...SERVICE_ENV },
+  });
   const listening = JSON.parse(process.stderrLines.find((line) => JOIN_SERVICE_LISTENING.test(line))!);
   const url = `https://${hostname}:${process.port}`;
   const connection = connectRpc({ baseUrl: url, caCerts: [caPem] });
@@ -682,8 +686,8 @@ export async function joinServiceProcess(
 }
 
 /** Runs a join service of `args` expecting it to exit (e.g. on a bad input); returns its exit code and output. */
-export function runJoinServiceToExit(args: string[]) {
-  return runToExit("deno", args, { cwd: REPO_ROOT });
+export function runJoinServiceToExit(args: string[], env: Record<string, string> = { ...SERVICE_ENV }) {
+  return runToExit("deno", args, { cwd: REPO_ROOT, env });
 }
 
 /** One audit line of the join service (a JSON log line with `"log":"audit"`). */
