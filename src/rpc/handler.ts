@@ -131,6 +131,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: RpcRequest, 
       res.end();
       return;
     }
+    if (!("stream" in req) && !closeWithConnection(req, res)) return; // its connection is gone already
     const connection = "stream" in req ? req.stream.session ?? req.socket : req.socket;
     let connectionBudget = perConnection.get(connection);
     if (!connectionBudget) {
@@ -280,6 +281,39 @@ function cancel(req: RpcRequest): void {
   if ("stream" in req) {
     if (!req.stream.closed) req.stream.close(http2.constants.NGHTTP2_CANCEL);
   } else {
-    req.socket.destroy();
+    // Detached (null) once the connection is gone; a throw here, in a timer, would end the process.
+    req.socket?.destroy();
   }
+}
+
+/** The HTTP/1.1 responses not yet closed, by their connection. */
+const openResponses = new WeakMap<object, Set<RpcResponse>>();
+
+/**
+ * Makes an HTTP/1.1 call's response emit "close" when its connection
+ * closes, as Node's does; false when the connection is gone already (there
+ * is no one to answer). Deno 2.9.6's `node:http` never emits it for a pipelined
+ * request whose connection went away before its response was sent: such a
+ * call would hold its request bytes in the budgets for good (until every
+ * call is refused), wait in the queue and then run for a client that is
+ * gone, and meet its deadline without a socket. Connect aborts the call's
+ * signal on that "close" too. One listener per connection, however many
+ * calls it pipelines.
+ */
+function closeWithConnection(req: http.IncomingMessage, res: RpcResponse): boolean {
+  const socket = req.socket as typeof req.socket | null;
+  if (socket === null || socket.destroyed) return false;
+  let open = openResponses.get(socket);
+  if (!open) {
+    const responses = new Set<RpcResponse>();
+    openResponses.set(socket, responses);
+    socket.once("close", () => {
+      for (const response of responses) response.emit("close");
+    });
+    open = responses;
+  }
+  const responses = open;
+  responses.add(res);
+  res.once("close", () => responses.delete(res));
+  return true;
 }

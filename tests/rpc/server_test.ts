@@ -1,7 +1,11 @@
 import assert from "node:assert/strict";
 import * as http2 from "node:http2";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { API } from "../../src/gen/kms/kms_pb.ts";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { API, GetDataKeyRequestSchema } from "../../src/gen/kms/kms_pb.ts";
+import { sleep } from "../../src/async/sleep.ts";
+import { concatBytes } from "../../src/bytes/concat.ts";
+import { createSelfSignedCertificate } from "../../src/x509/selfsigned.ts";
 import { connectRpc, type RpcProtocol } from "../../src/rpc/client.ts";
 import { serveRpc, type ServeRpcOptions } from "../../src/rpc/server.ts";
 import { peerAddressKey } from "../../src/rpc/peer.ts";
@@ -349,4 +353,82 @@ Deno.test("serveRpc with maxCallsWaiting 0 lets no call wait: the second is refu
   await busy.release();
   await busy.client.getDataKey({ dataKeyId: "after", length: 1 });
   assert.deepEqual(busy.started, ["busy", "after"]);
+});
+
+Deno.test("serveRpc: pipelined HTTP/1.1 calls whose connection closed give their bytes back, never run, and crash nothing", async () => {
+  // Deno's node:http emits no "close" on the response of a pipelined call whose connection went first: the
+  // call held its request bytes for good, waited and then ran for no one, and its deadline timer threw.
+  let started = 0;
+  const tls = createSelfSignedCertificate({ commonName: "localhost", dnsNames: ["localhost"] });
+  const server = await serveRpc({
+    routes: (router) =>
+      router.service(API, {
+        async getDataKey(request) {
+          started++;
+          await sleep(20);
+          return { dataKey: new Uint8Array(request.length) };
+        },
+      }),
+    hostname: "127.0.0.1",
+    port: 0,
+    tls,
+    limits: { maxRequestBytesInFlight: 64 * 1024, requestTimeoutMs: 1000, maxCallsInProgress: 1 },
+  });
+  const { port } = server.address;
+  /** A Connect unary GetDataKey over HTTP/1.1, its body carrying `idBytes` bytes of key ID. */
+  const call = (idBytes: number) => {
+    const body = toBinary(
+      GetDataKeyRequestSchema,
+      create(GetDataKeyRequestSchema, {
+        dataKeyId: "k".repeat(idBytes),
+        length: 32,
+      }),
+    );
+    const head =
+      `POST /kms.API/GetDataKey HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/proto\r\n` +
+      `Connect-Protocol-Version: 1\r\nContent-Length: ${body.length}\r\n\r\n`;
+    return { head, body };
+  };
+  try {
+    const { head, body } = call(4000);
+    const pipelined = concatBytes(
+      ...Array.from({ length: 200 }, () => [new TextEncoder().encode(head), body]).flat(),
+    );
+    await Promise.all(Array.from({ length: 8 }, async () => {
+      const connection = await Deno.connectTls({
+        hostname: "localhost",
+        port,
+        caCerts: [tls.cert],
+        alpnProtocols: ["http/1.1"],
+      });
+      await connection.write(pipelined).catch(() => {});
+      await sleep(300);
+      connection.close();
+    }));
+    const startedWhenGone = started;
+    // Past every call's deadline: a throw in a deadline timer fails this test as an uncaught error.
+    await sleep(1500);
+    assert.ok(
+      started - startedWhenGone <= 1,
+      `${started - startedWhenGone} calls ran after their client left`,
+    );
+
+    // Every byte was given back: a call that needs most of the budget goes through.
+    const probe = call(50_000);
+    const client = Deno.createHttpClient({ caCerts: [tls.cert], http2: false });
+    try {
+      const response = await fetch(`https://localhost:${port}/kms.API/GetDataKey`, {
+        method: "POST",
+        headers: { "Content-Type": "application/proto", "Connect-Protocol-Version": "1" },
+        body: probe.body,
+        client,
+      });
+      const answer = await response.text();
+      assert.equal(response.status, 200, answer);
+    } finally {
+      client.close();
+    }
+  } finally {
+    await server.shutdown(1000);
+  }
 });
