@@ -98,15 +98,20 @@ export function connectCodeFor(reason: ExchangeErrorReason): Code {
   return codes[reason];
 }
 
-/** One line per mismatch: `PCR[4] expected <hex>, got <hex> (enforced)`. */
+/**
+ * One mismatch in the words of a rejection: `PCR[4] expected <hex>, got
+ * <hex> (enforced)`, or `got nothing` when the evidence lacks it. The CLI
+ * names a warn-only mismatch the evidence passed with in the same words.
+ */
+export function describeMismatch(m: MeasurementMismatch): string {
+  return `PCR[${m.index}] expected ${m.expected}, got ${m.actual ?? "nothing"} (${
+    m.enforced ? "enforced" : "warn-only"
+  })`;
+}
+
+/** Every mismatch, `; `-separated ({@linkcode describeMismatch}). */
 function describeMismatches(mismatches: readonly MeasurementMismatch[]): string {
-  return mismatches
-    .map((m) =>
-      `PCR[${m.index}] expected ${m.expected}, got ${m.actual ?? "nothing"} (${
-        m.enforced ? "enforced" : "warn-only"
-      })`
-    )
-    .join("; ");
+  return mismatches.map(describeMismatch).join("; ");
 }
 
 /**

@@ -15,6 +15,7 @@ import {
   readConfigText,
 } from "../attestation/config.ts";
 import { createValidator } from "../attestation/registry.ts";
+import type { AttestNodeOptions } from "../init/node_exchange.ts";
 import type { Logger } from "../log/logger.ts";
 import { CliError } from "./errors.ts";
 import { describeFsError } from "./output_file.ts";
@@ -68,4 +69,17 @@ export async function readAttestationConfigFile(path: string): Promise<LoadedAtt
 /** The validator for a loaded config (its warnings, e.g. an insecure AK trust, go to `logger`). */
 export function configValidator(loaded: LoadedAttestationConfig, logger: Logger): Validator {
   return createValidator(loaded.config, { logger });
+}
+
+/**
+ * What `cli init` and `cli recover --node` check a node against before they
+ * send it the master secret: the config's validator, and its control-plane
+ * keys (`akTrust.controlPlaneKeyDigests`, or `controlPlaneAnyKey`), since both
+ * send it to a control plane only. Warnings go to `logger`.
+ */
+export function nodeAttestation(
+  loaded: LoadedAttestationConfig,
+  logger: Logger,
+): Pick<AttestNodeOptions, "validator" | "controlPlanes" | "logger"> {
+  return { validator: configValidator(loaded, logger), controlPlanes: loaded.config.controlPlanes, logger };
 }

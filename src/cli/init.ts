@@ -10,13 +10,18 @@
  *    `kms://cluster-kms?key=…&salt=…` URI (the master secret travels only
  *    inside the request sealed to the attested key);
  * 4. runs the exchange: the node's evidence for a fresh nonce is validated
- *    against the config, then the sealed `Init` is sent. While the node
- *    does not answer (connection refused, `Unavailable`) and the Init has
- *    not been sent, it retries every {@linkcode RETRY_INTERVAL_MS} until
- *    `--timeout`;
- * 5. on success writes the admin kubeconfig (0600, never over an existing
- *    file) and prints the cluster ID; on failure writes the node's streamed
- *    logs to `--logs-out` and says why in words the operator can act on.
+ *    against the config, and its attestation key must be a control plane's
+ *    (`akTrust.controlPlaneKeyDigests`), then the sealed `Init` is sent.
+ *    While the node does not answer (connection refused, `Unavailable`) and
+ *    the Init has not been sent, it retries every {@linkcode RETRY_INTERVAL_MS}
+ *    until `--timeout`;
+ * 5. on success names each warn-only mismatch the evidence passed with,
+ *    writes the admin kubeconfig (0600, never over an existing file) and
+ *    prints the cluster ID (a stream that failed after the kubeconfig
+ *    arrived is a warning: the node has finished); on failure writes the
+ *    node's logs (those after its failure, else the last it streamed, at
+ *    most `MAX_KEPT_LOG_BYTES`) to `--logs-out` and says why in words the
+ *    operator can act on.
  *
  * Progress phases come from the exchange itself: the transport reports
  * which call is under way (`GetAttestation`: verifying the node; `Init`: the
@@ -26,21 +31,22 @@
  */
 import { Code } from "@connectrpc/connect";
 import type { Transport } from "@connectrpc/connect";
-import { initCluster, type InitParameters, type InitResult } from "../init/client.ts";
+import { initCluster, type InitParameters, type InitResult, LogBuffer } from "../init/client.ts";
 import { NodeExchangeError } from "../init/node_exchange.ts";
 import { MEASUREMENT_SALT_LENGTH } from "../init/protocol.ts";
 import type { Logger } from "../log/logger.ts";
 import { encodeMasterSecretUri, NO_STORE_URI } from "../kms/uri.ts";
 import { readSecretFile, SecretFileError } from "../secrets/secret_file.ts";
-import { configValidator, readAttestationConfigFile } from "./attestation_config_file.ts";
+import { nodeAttestation, readAttestationConfigFile } from "./attestation_config_file.ts";
 import { readComponentsFile } from "./components_file.ts";
 import { CliError, errorLine } from "./errors.ts";
 import { loadOrCreateMasterSecretFile } from "./master_secret_file.ts";
 import { connectNode } from "./node_connection.ts";
-import { INIT_SERVER, wrongServerHint } from "./node_errors.ts";
+import { attestationRejectedHint, INIT_SERVER, wrongServerHint } from "./node_errors.ts";
 import { saveKubeconfig } from "./kubeconfig_out.ts";
 import { checkCreatable, describeFsError, writePrivateFile } from "./output_file.ts";
 import type { Progress } from "./progress.ts";
+import { warnAcceptedMismatches } from "./warning_logger.ts";
 
 /** Pause between attempts while the node is unreachable. */
 export const RETRY_INTERVAL_MS = 2_000;
@@ -75,7 +81,7 @@ export interface InitCommand {
 export interface InitEnvironment {
   /** Phases for the operator. */
   progress: Progress;
-  /** Validator warnings. */
+  /** Warnings: the validator's, each warn-only mismatch, a stream that failed after the kubeconfig arrived. */
   logger: Logger;
   /** Results (cluster ID, kubeconfig path) for stdout. */
   print(line: string): void;
@@ -87,7 +93,7 @@ export interface InitEnvironment {
 export async function runInit(command: InitCommand, env: InitEnvironment): Promise<InitResult> {
   const { progress } = env;
   const loaded = await readAttestationConfigFile(command.attestationConfig);
-  const validator = configValidator(loaded, env.logger);
+  const attestation = nodeAttestation(loaded, env.logger);
   const components = command.kubernetesComponentsFile === undefined
     ? []
     : await readComponentsFile(command.kubernetesComponentsFile);
@@ -112,7 +118,7 @@ export async function runInit(command: InitCommand, env: InitEnvironment): Promi
   };
   let result: InitResult;
   try {
-    result = await initWithRetry(command, parameters, validator, env);
+    result = await initWithRetry(command, parameters, attestation, env);
   } catch (error) {
     progress.done();
     if (!(error instanceof InitFailure)) throw error;
@@ -121,6 +127,7 @@ export async function runInit(command: InitCommand, env: InitEnvironment): Promi
     initSecret.fill(0);
   }
   progress.done();
+  warnAcceptedMismatches(env.logger, command.node, result.warnings);
   const saved = await saveKubeconfig(command.kubeconfigOut, result.kubeconfig, result.clusterId);
   for (const failure of saved.failures) env.print(`warning: ${failure}`);
   if (saved.failures.length > 0) env.print(`warning: the kubeconfig went to ${saved.path} instead`);
@@ -150,7 +157,8 @@ class InitFailure extends Error {
     readonly error: NodeExchangeError,
     readonly timedOut: "connect" | "init" | undefined,
     readonly attempts: number,
-    readonly streamed: Uint8Array[],
+    /** The last of the logs the node streamed (a bounded tail). */
+    readonly streamed: LogBuffer,
     /** Whether the Init itself reached the node (not only the attestation). */
     readonly initSent = false,
   ) {
@@ -162,7 +170,7 @@ class InitFailure extends Error {
 async function initWithRetry(
   command: InitCommand,
   parameters: InitParameters,
-  validator: ReturnType<typeof configValidator>,
+  attestation: ReturnType<typeof nodeAttestation>,
   env: InitEnvironment,
 ): Promise<InitResult> {
   const { progress } = env;
@@ -171,7 +179,8 @@ async function initWithRetry(
     const attemptAbort = new AbortController();
     let timedOut: "connect" | "init" | undefined;
     let initSent = false;
-    const streamed: Uint8Array[] = [];
+    // Only their tail: a node may stream without end, and the newest lines say where it stopped.
+    const streamed = new LogBuffer("tail");
     let streamedBytes = 0;
     let timer = setTimeout(() => {
       timedOut = "connect";
@@ -199,10 +208,10 @@ async function initWithRetry(
         signal,
         initCluster(parameters, {
           transport,
-          validator,
+          ...attestation,
           signal,
           onLog: (chunk) => {
-            streamed.push(chunk);
+            streamed.add(chunk);
             streamedBytes += chunk.length;
             progress.phase(`receiving the node's logs (${Math.ceil(streamedBytes / 1024)} KiB)`);
           },
@@ -218,7 +227,12 @@ async function initWithRetry(
       );
       await delay(RETRY_INTERVAL_MS, env.signal);
       if (env.signal?.aborted) {
-        throw new InitFailure(new NodeExchangeError("canceled", "canceled"), undefined, attempt, []);
+        throw new InitFailure(
+          new NodeExchangeError("canceled", "canceled"),
+          undefined,
+          attempt,
+          new LogBuffer("tail"),
+        );
       }
     } finally {
       clearTimeout(timer);
@@ -230,13 +244,13 @@ async function initWithRetry(
 async function describeFailure(failure: InitFailure, command: InitCommand): Promise<CliError> {
   const { error } = failure;
   let logsNote = "";
-  const logs = error.logs.length > 0 ? error.logs : await new Blob(failure.streamed as BlobPart[]).bytes();
+  const logs = error.logs.length > 0 ? error.logs : failure.streamed.kept();
   if (logs.length > 0) logsNote = await saveNodeLogs(command.logsOut, logs);
   switch (error.reason) {
     case "attestation-rejected":
       return new CliError(
         "attestation",
-        `${error.message}. If the node runs the image you expect, the measurements in ${command.attestationConfig} are wrong (compare with cli verify)`,
+        `${error.message}${attestationRejectedHint(error, command.attestationConfig)}`,
         { cause: error },
       );
     case "refused":

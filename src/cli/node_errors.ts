@@ -6,6 +6,13 @@
  * @module
  */
 import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  CONTROL_PLANE_NOT_ALLOWED,
+  isReadLimitError,
+  type NodeExchangeError,
+} from "../init/node_exchange.ts";
+import { NODE_READ_MAX_BYTES } from "../init/protocol.ts";
+import { escapeControlCharacters } from "../json/escape_control.ts";
 import { CliError, errorLine } from "./errors.ts";
 
 /** Which of a node's servers a call went to, for the hint of an unreachable node. */
@@ -35,7 +42,22 @@ export function wrongServerHint(code: Code | undefined, server: NodeServer): str
   return `; this is not the ${server.name}: check --node (its port is ${server.defaultPort} by default, and ${server.runs})`;
 }
 
-/** Turns an error of a call to `node`'s `server` into a {@linkcode CliError}. */
+/**
+ * What to add to a rejected attestation (`error`, "attestation-rejected"),
+ * checked against the config file `attestationConfig`: nothing was sent, and
+ * which part of the config to look at.
+ */
+export function attestationRejectedHint(error: NodeExchangeError, attestationConfig: string): string {
+  if (error.attestationReason === CONTROL_PLANE_NOT_ALLOWED) {
+    return `. Nothing was sent. If the node is to be a control plane, name its attestation key in akTrust.controlPlaneKeyDigests of ${attestationConfig}`;
+  }
+  return `. Nothing was sent. If the node runs the image you expect, the measurements in ${attestationConfig} are wrong (compare with cli verify)`;
+}
+
+/**
+ * Turns an error of a call to `node`'s `server` into a {@linkcode CliError}.
+ * The node's own text in it is escaped: it is anyone's until attested.
+ */
 export function describeNodeCallError(
   error: unknown,
   node: string,
@@ -55,16 +77,25 @@ export function describeNodeCallError(
   if (signal?.aborted || (error instanceof ConnectError && error.code === Code.Canceled)) {
     return new CliError("canceled", `the call to node ${node} was canceled`, { cause: error });
   }
+  if (isReadLimitError(error)) {
+    return new CliError(
+      "protocol",
+      `node ${node} sent a message larger than the ${NODE_READ_MAX_BYTES} bytes the CLI reads`,
+      { cause: error },
+    );
+  }
   if (
     error instanceof ConnectError && error.code !== Code.Unavailable && error.code !== Code.DeadlineExceeded
   ) {
     return new CliError(
       "refused",
-      `node ${node} refused: ${error.rawMessage}${wrongServerHint(error.code, server)}`,
+      `node ${node} refused: ${escapeControlCharacters(error.rawMessage)}${
+        wrongServerHint(error.code, server)
+      }`,
       { cause: error },
     );
   }
-  const detail = error instanceof ConnectError ? error.rawMessage : errorLine(error);
+  const detail = escapeControlCharacters(error instanceof ConnectError ? error.rawMessage : errorLine(error));
   return new CliError(
     "unreachable",
     `node ${node} is unreachable (${detail}): ${hint}`,

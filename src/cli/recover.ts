@@ -5,9 +5,10 @@
  *   that cannot rejoin because no join service runs (the cluster's only
  *   control plane rebooted, or all of them did). The node's rejoin serves
  *   `recoverproto.API` on port 9999; this verifies its attestation against
- *   the config and sends the master secret sealed to the attested key
- *   (docs/attested-exchange.md §7.7). The node derives its disk key and
- *   cluster ID itself, rebinds, and boots on.
+ *   the config (its attestation key must be a control plane's) and sends the
+ *   master secret sealed to the attested key (docs/attested-exchange.md
+ *   §7.7). The node derives its disk key and cluster ID itself, rebinds,
+ *   and boots on.
  * - **`--disk-uuid UUID`**: without the cluster or the node. A node's
  *   state disk key is derived from the master secret as the key service
  *   does it: `HKDF-SHA256(master secret, salt, "key-" + lower-case disk
@@ -29,13 +30,20 @@ import { recoverNode } from "../init/recover_client.ts";
 import { ClusterKms } from "../kms/cluster_kms.ts";
 import { deriveStateDiskKey } from "../kms/keys.ts";
 import { encodeMasterSecretUri, NO_STORE_URI } from "../kms/uri.ts";
+import { escapeControlCharacters } from "../json/escape_control.ts";
 import type { Logger } from "../log/logger.ts";
-import { configValidator, readAttestationConfigFile } from "./attestation_config_file.ts";
+import { nodeAttestation, readAttestationConfigFile } from "./attestation_config_file.ts";
 import { CliError } from "./errors.ts";
 import { readMasterSecretFile } from "./master_secret_file.ts";
 import { connectNode } from "./node_connection.ts";
-import { describeNodeCallError, type NodeServer, wrongServerHint } from "./node_errors.ts";
+import {
+  attestationRejectedHint,
+  describeNodeCallError,
+  type NodeServer,
+  wrongServerHint,
+} from "./node_errors.ts";
 import { createNewFile } from "./output_file.ts";
+import { warnAcceptedMismatches } from "./warning_logger.ts";
 
 /** What `cli recover` is asked to do. */
 export interface RecoverCommand {
@@ -97,7 +105,7 @@ export async function runRecoverNode(
   command: RecoverNodeCommand,
   env: { logger: Logger; print(line: string): void; signal?: AbortSignal },
 ): Promise<void> {
-  const validator = configValidator(await readAttestationConfigFile(command.attestationConfig), env.logger);
+  const attestation = nodeAttestation(await readAttestationConfigFile(command.attestationConfig), env.logger);
   const secret = await readMasterSecretFile(command.masterSecret);
   const kmsUri = encodeMasterSecretUri(secret);
   // Every node is tried, in order, whatever the others did: one node down must not keep the rest locked.
@@ -110,7 +118,7 @@ export async function runRecoverNode(
     try {
       result = await recoverNode(
         { kmsUri, storageUri: NO_STORE_URI },
-        { transport: connection.transport, validator, signal },
+        { transport: connection.transport, ...attestation, signal },
       );
     } catch (error) {
       if (!(error instanceof NodeExchangeError)) throw error;
@@ -119,7 +127,13 @@ export async function runRecoverNode(
       failures.push({ node, error: failure });
       continue;
     }
-    env.print(`recovered node ${node}: its state disk ${result.diskUuid} opens with the cluster's key`);
+    warnAcceptedMismatches(env.logger, node, result.warnings);
+    // The disk UUID is the node's text: sealed by an attested node, still not the CLI's to print raw.
+    env.print(
+      `recovered node ${node}: its state disk ${
+        escapeControlCharacters(result.diskUuid)
+      } opens with the cluster's key`,
+    );
     env.print(`cluster ID: ${result.clusterId.toHex()}`);
     env.print("the node boots on: its state disk is mapped, and the kubelet starts with its credentials");
   }
@@ -144,10 +158,11 @@ function describeRecoverFailure(
     case "attestation-rejected":
       return new CliError(
         "attestation",
-        `node ${node}: ${error.message}. Nothing was sent. If the node runs the image you expect, the measurements in ${attestationConfig} are wrong (compare with cli verify)`,
+        `node ${node}: ${error.message}${attestationRejectedHint(error, attestationConfig)}`,
         { cause: error },
       );
     case "refused":
+      // serverMessage is the node's text, escaped by NodeExchangeError.
       return new CliError(
         "refused",
         `node ${node} refused the recovery: ${error.serverMessage}${

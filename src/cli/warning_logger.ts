@@ -6,6 +6,8 @@
  *
  * @module
  */
+import type { MeasurementMismatch } from "../attestation/attestation.ts";
+import { describeMismatch } from "../atls/errors.ts";
 import type { LogFields, Logger } from "../log/logger.ts";
 
 /** Creates the logger; `write` receives each line (default: stderr). */
@@ -24,6 +26,23 @@ export function createWarningLogger(write: (line: string) => void = writeStderr)
     with: () => logger,
   };
   return logger;
+}
+
+/**
+ * Warns of each warn-only mismatch `node`'s evidence passed with, in the
+ * words a rejection names a mismatch in: the validator's own warning is one
+ * line for all of them, without their values.
+ */
+export function warnAcceptedMismatches(
+  logger: Logger,
+  node: string,
+  mismatches: readonly MeasurementMismatch[],
+): void {
+  for (const mismatch of mismatches) {
+    logger.warn(
+      `node ${node}: its attestation passed with a warn-only mismatch: ${describeMismatch(mismatch)}`,
+    );
+  }
 }
 
 function writeStderr(line: string): void {

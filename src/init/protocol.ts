@@ -49,6 +49,14 @@ export const RECOVER_PURPOSE = "recover-attestation" satisfies Purpose;
 /** Length of the client's nonce in `GetAttestation` (init and recovery). */
 export const INIT_NONCE_LENGTH = 32;
 
+/**
+ * Largest message the operator's clients read from a node (1 MiB), where
+ * Connect's default is 4 GiB per message. The node's legitimate messages
+ * are far smaller: evidence of at most 64 KiB (`MAX_EVIDENCE_DOCUMENT_BYTES`),
+ * log chunks of 64 KiB, a sealed kubeconfig of a few KiB, a failure's text.
+ */
+export const NODE_READ_MAX_BYTES = 1024 * 1024;
+
 /** Length of the measurement salt an `InitRequest` carries. */
 export const MEASUREMENT_SALT_LENGTH = 32;
 

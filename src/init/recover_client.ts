@@ -4,7 +4,8 @@
  * CLI wraps it (`cli recover --node`); tests use it.
  *
  * 1-2. `GetAttestation` for a fresh nonce; the evidence is validated for
- *    purpose "recover-attestation" (every measurement mismatch named);
+ *    purpose "recover-attestation" (every measurement mismatch named), and
+ *    its attestation key must be a control plane's (`controlPlanes`);
  * 3. the `RecoverRequest` (the master secret as `kms_uri`, a fresh
  *    `client_public_key`) is sealed to the attested key and sent;
  * 4. the answer, sealed to the client's key, names the disk and the cluster
@@ -16,6 +17,7 @@
  * @module
  */
 import { createClient, type Transport } from "@connectrpc/connect";
+import type { MeasurementMismatch } from "../attestation/attestation.ts";
 import { generateKeyPair } from "../atls/hpke.ts";
 import { API, RecoverRequestSchema, RecoverResponseSchema } from "../gen/recoverproto/recover_pb.ts";
 import { attestNode, type AttestNodeOptions, callNode, NodeExchangeError } from "./node_exchange.ts";
@@ -33,6 +35,8 @@ export interface RecoverResult {
   diskUuid: string;
   /** The cluster ID PCR 15 is bound to again. */
   clusterId: Uint8Array;
+  /** The warn-only measurement mismatches the node's evidence passed with. */
+  warnings: readonly MeasurementMismatch[];
 }
 
 /**
@@ -46,7 +50,7 @@ export async function recoverNode(
 ): Promise<RecoverResult> {
   const { signal } = options;
   const client = createClient(API, options.transport);
-  const { nonce, publicKey, reportData } = await attestNode(
+  const { nonce, publicKey, reportData, warnings } = await attestNode(
     RECOVER_PURPOSE,
     (r, o) => client.getAttestation(r, o),
     options,
@@ -88,5 +92,5 @@ export async function recoverNode(
   if (opened.clusterId.length === 0) {
     throw new NodeExchangeError("protocol", "the node's answer names no cluster ID");
   }
-  return { diskUuid: opened.diskUuid, clusterId: opened.clusterId };
+  return { diskUuid: opened.diskUuid, clusterId: opened.clusterId, warnings };
 }

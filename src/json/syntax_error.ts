@@ -6,13 +6,14 @@
  *
  * @module
  */
+import { escapeControlCharacters } from "./escape_control.ts";
 
 /** `error`'s message (from `JSON.parse`) without quoted text, on one line, control characters escaped. */
 export function jsonSyntaxError(error: unknown): string {
   const message = error instanceof Error ? error.message : String(error);
-  return message
-    // The excerpt, shortened with "..." on either side for a longer text.
-    .replace(/,? (\.\.\.)?".*"(\.\.\.)? is not valid JSON$/s, "")
-    // deno-lint-ignore no-control-regex
-    .replace(/[\x00-\x1f\x7f-\x9f]/g, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return escapeControlCharacters(
+    message
+      // The excerpt, shortened with "..." on either side for a longer text.
+      .replace(/,? (\.\.\.)?".*"(\.\.\.)? is not valid JSON$/s, ""),
+  );
 }

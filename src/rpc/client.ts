@@ -39,6 +39,12 @@ export interface RpcConnectionOptions {
   skipServerVerification?: boolean;
   /** Close the connection after this long without a call; default 60 s. */
   idleConnectionTimeoutMs?: number;
+  /**
+   * Largest message a call reads from the server; a larger one fails the
+   * call (ResourceExhausted) before it is buffered. Default Connect's, 4 GiB:
+   * set it when the server is not trusted.
+   */
+  readMaxBytes?: number;
 }
 
 /** A connection; closing it ends the HTTP/2 session and fails calls still open. */
@@ -63,7 +69,12 @@ export function connectRpc(options: RpcConnectionOptions): RpcConnection {
       ...(options.skipServerVerification ? { rejectUnauthorized: false } : {}),
     },
   );
-  const common = { baseUrl: options.baseUrl, sessionManager, interceptors: [retryRefusedStream] };
+  const common = {
+    baseUrl: options.baseUrl,
+    sessionManager,
+    interceptors: [retryRefusedStream],
+    ...(options.readMaxBytes === undefined ? {} : { readMaxBytes: options.readMaxBytes }),
+  };
   const transports: Record<RpcProtocol, () => Transport> = {
     grpc: () => createGrpcTransport(common),
     connect: () => createConnectTransport({ ...common, httpVersion: "2" }),

@@ -53,6 +53,7 @@ async function round(): Promise<Round> {
     await initCluster(cluster.initRequest(), {
       transport: connection.transport,
       validator: cluster.validator,
+      controlPlanes: cluster.controlPlanes,
     });
     const opened = Date.now();
     const init = await cluster.controlPlane.kubeadmTimes();

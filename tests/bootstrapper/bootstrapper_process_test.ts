@@ -52,7 +52,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
   const stack = new AsyncDisposableStack();
   try {
     const cluster = await startBootstrapCluster(dir, stack);
-    const { controlPlane, cpPaths, validator, kms, measurementSalt } = cluster;
+    const { controlPlane, cpPaths, validator, controlPlanes, kms, measurementSalt } = cluster;
     // The Kubernetes components every node installs: a CNI plugin archive and a single binary.
     const cniArchive = await tarGz([
       { name: "bin/", type: "5", mode: 0o755 },
@@ -96,7 +96,11 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
 
     await t.step("a wrong init secret is refused; no lock is taken and the node keeps serving", async () => {
       await assert.rejects(
-        initCluster(initRequest("not the init secret"), { transport: cpConnection.transport, validator }),
+        initCluster(initRequest("not the init secret"), {
+          transport: cpConnection.transport,
+          validator,
+          controlPlanes,
+        }),
         (err) => {
           assert.ok(err instanceof NodeExchangeError, String(err));
           assert.match(err.message, /init secret/);
@@ -114,6 +118,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
         const result = await initCluster(initRequest(INIT_SECRET), {
           transport: cpConnection.transport,
           validator,
+          controlPlanes,
           onLog: (chunk) => logs.push(chunk),
         });
         clusterId = result.clusterId;
@@ -190,7 +195,7 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
         skipServerVerification: true,
       });
       await assert.rejects(
-        initCluster(initRequest(INIT_SECRET), { transport: connection.transport, validator }),
+        initCluster(initRequest(INIT_SECRET), { transport: connection.transport, validator, controlPlanes }),
         (err) => err instanceof NodeExchangeError && err.reason === "unavailable",
       );
     });

@@ -30,6 +30,7 @@ Deno.test("bootstrapper process: Init's objects go to --init-api-server, not to 
     const result = await initCluster(cluster.initRequest(), {
       transport: connection.transport,
       validator: cluster.validator,
+      controlPlanes: cluster.controlPlanes,
     });
 
     assert.ok(own.getObject(MASTER_SECRET_PATH), "the master secret went to the node's own API server");

@@ -34,7 +34,12 @@ async function run(
   parameters: InitParameters = initParameters(),
   onLog?: (c: Uint8Array) => void,
 ) {
-  return await initCluster(parameters, { transport: world.transport, validator: world.validator, onLog });
+  return await initCluster(parameters, {
+    transport: world.transport,
+    validator: world.validator,
+    controlPlanes: world.controlPlanes,
+    onLog,
+  });
 }
 
 async function refused(world: InitWorld, parameters?: InitParameters, onLog?: (c: Uint8Array) => void) {

@@ -90,7 +90,11 @@ async function node(ticket: Promise<void>) {
   const initServer = await server.promise;
   const transport = createRouterTransport((router) => router.service(API, initServer.handlers()));
   const init = () =>
-    initCluster(initParameters(), { transport, validator: initWorld.validator })
+    initCluster(initParameters(), {
+      transport,
+      validator: initWorld.validator,
+      controlPlanes: initWorld.controlPlanes,
+    })
       .then(() => "initialized", (error: Error) => error.message);
   const infoLines = () =>
     log.entries().filter((entry) => entry.level !== "debug").map((entry) => `${entry.level}: ${entry.msg}`);

@@ -78,7 +78,11 @@ function world(options: WorldOptions = {}) {
     }, () => {});
   }
   const recover = (master = MASTER) =>
-    recoverNode(request(master), { transport, validator: new DummyValidator(silentLogger) });
+    recoverNode(request(master), {
+      transport,
+      validator: new DummyValidator(silentLogger),
+      controlPlanes: { kind: "any" },
+    });
   return { server, transport, rejoin, delivered, tested, logLines, clock, recover };
 }
 
@@ -93,7 +97,7 @@ Deno.test("recovery server", async (t) => {
         "the cluster's master secret: the rejoin gets the node's keys, the operator the disk and cluster ID",
       run: async () => {
         const w = world();
-        assert.deepEqual(await w.recover(), { diskUuid: DISK_UUID, clusterId: CLUSTER_ID });
+        assert.deepEqual(await w.recover(), { diskUuid: DISK_UUID, clusterId: CLUSTER_ID, warnings: [] });
         assert.equal(w.delivered.length, 1);
         const [keys] = w.delivered;
         assert.deepEqual(
@@ -114,7 +118,7 @@ Deno.test("recovery server", async (t) => {
         assert.deepEqual(w.delivered, []);
         assert.deepEqual(
           await w.recover(),
-          { diskUuid: DISK_UUID, clusterId: CLUSTER_ID },
+          { diskUuid: DISK_UUID, clusterId: CLUSTER_ID, warnings: [] },
           "then the right one",
         );
       },
@@ -166,6 +170,7 @@ Deno.test("recovery server", async (t) => {
           recoverNode({ kmsUri: "kms://aws?key=c2VjcmV0&salt=c2FsdA==", storageUri: "" }, {
             transport: w.transport,
             validator: new DummyValidator(silentLogger),
+            controlPlanes: { kind: "any" },
           }),
         );
         assert.match(error.message, /kms_uri: KMS type aws is not supported/);

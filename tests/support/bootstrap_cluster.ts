@@ -11,7 +11,7 @@
 import { freePort } from "../../src/net/free_port.ts";
 import bcrypt from "bcryptjs";
 import { parseAttestationConfig } from "../../src/attestation/config.ts";
-import type { Validator } from "../../src/attestation/attestation.ts";
+import type { AkTrust, Validator } from "../../src/attestation/attestation.ts";
 import { createValidator } from "../../src/attestation/registry.ts";
 import { type NodePaths, nodePaths } from "../../src/bootstrapper/node_paths.ts";
 import type { InitParameters } from "../../src/init/client.ts";
@@ -54,9 +54,10 @@ export interface BootstrapCluster {
   /** The first control-plane node and its paths. */
   readonly controlPlane: BootstrapNode;
   readonly cpPaths: NodePaths;
-  /** The operator's attestation config (JSON text) and a validator for it. */
+  /** The operator's attestation config (JSON text), a validator for it and its control-plane keys. */
   readonly attestationConfigText: string;
   readonly validator: Validator;
+  readonly controlPlanes: AkTrust;
   /** The operator's secrets. */
   readonly kms: ClusterKms;
   readonly measurementSalt: Uint8Array;
@@ -116,10 +117,11 @@ export async function startBootstrapCluster(
     measurements: await imageMeasurements(controlPlane.tpm),
     akTrust: { trustAnyKey: true, controlPlaneAnyKey: true },
   });
-  const validator = createValidator(
-    parseAttestationConfig(attestationConfigText, { source: "test", variant: "qemu-vtpm" }),
-    { logger: silentLogger },
-  );
+  const attestationConfig = parseAttestationConfig(attestationConfigText, {
+    source: "test",
+    variant: "qemu-vtpm",
+  });
+  const validator = createValidator(attestationConfig, { logger: silentLogger });
   const masterKey = crypto.getRandomValues(new Uint8Array(32));
   const masterSalt = crypto.getRandomValues(new Uint8Array(32));
   const measurementSalt = crypto.getRandomValues(new Uint8Array(32));
@@ -139,6 +141,7 @@ export async function startBootstrapCluster(
     cpPaths,
     attestationConfigText,
     validator,
+    controlPlanes: attestationConfig.controlPlanes,
     kms: new ClusterKms(masterKey, masterSalt),
     measurementSalt,
     initRequest: (initSecret = INIT_SECRET, components = []) => ({

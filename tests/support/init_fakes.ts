@@ -14,6 +14,7 @@ import bcrypt from "bcryptjs";
 import { createRouterTransport, type Transport } from "@connectrpc/connect";
 import { DummyIssuer } from "../../src/attestation/dummy.ts";
 import { DummyValidator } from "../../src/attestation/dummy.ts";
+import type { AkTrust } from "../../src/attestation/attestation.ts";
 import {
   InitServer,
   type InitServerDependencies,
@@ -115,6 +116,8 @@ export interface InitWorld {
   transport: Transport;
   /** A dummy validator for the client. */
   validator: DummyValidator;
+  /** The client's control-plane keys: any, as {@linkcode DUMMY_ATTESTATION_CONFIG} says (`controlPlaneAnyKey`). */
+  controlPlanes: AkTrust;
 }
 
 /** Builds a full set of fakes with `overrides` applied. */
@@ -192,5 +195,6 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
     clock,
     transport,
     validator: new DummyValidator(silentLogger),
+    controlPlanes: { kind: "any" },
   };
 }
