@@ -51,7 +51,7 @@
 import { ReasonError } from "../reason_error.ts";
 import { readRegularFile } from "../fs/read_regular_file.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
-import { describeRepeatedKey, findRepeatedKey } from "../json/repeated_key.ts";
+import { repeatedKeyProblem } from "../json/repeated_key.ts";
 import type { AkTrust, Measurements } from "./attestation.ts";
 import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
 import { knownVariants, UnknownVariantError } from "./registry.ts";
@@ -120,8 +120,8 @@ export function parseAttestationConfig(
     fail(`invalid JSON: ${jsonSyntaxError(error)}`, "invalid-json", error);
   }
   // JSON.parse keeps the last of two equal keys: which of two measurements counts must not be a guess.
-  const repeated = findRepeatedKey(text);
-  if (repeated !== undefined) fail(`${describeRepeatedKey(repeated)}: give each key once`);
+  const repeated = repeatedKeyProblem(text);
+  if (repeated !== undefined) fail(repeated);
   if (!isPlainObject(value)) return fail(`want a JSON object, got ${describeType(value)}`);
   for (const field of Object.keys(value)) {
     if (!TOP_LEVEL_FIELDS.includes(field)) {

@@ -79,6 +79,17 @@ export function describeRepeatedKey(repeated: RepeatedKey): string {
   return `key ${JSON.stringify(repeated.key)} is given twice ${where}`;
 }
 
+/**
+ * What is wrong with `json` (text that `JSON.parse` accepts) when an object
+ * in it repeats a key, for a strict parser's error, e.g. `key "4" is given
+ * twice in measurements: give each key once`; undefined when none does.
+ * `JSON.parse` keeps the last of two equal keys, silently.
+ */
+export function repeatedKeyProblem(json: string): string | undefined {
+  const repeated = findRepeatedKey(json);
+  return repeated === undefined ? undefined : `${describeRepeatedKey(repeated)}: give each key once`;
+}
+
 /** `["akTrust", "keys", 2]` as `akTrust.keys[2]`; a key that is not a plain word as `["a.b"]`. */
 function jsonPathText(path: (string | number)[]): string {
   return path.map((segment, i) =>

@@ -23,6 +23,7 @@
  */
 import { MAX_EVIDENCE_DOCUMENT_BYTES } from "../attestation/attestation.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
+import { repeatedKeyProblem } from "../json/repeated_key.ts";
 import { describeType, isPlainObject } from "../attestation/measurements.ts";
 import { INIT_NONCE_LENGTH, isPublicKeyLength } from "../init/protocol.ts";
 import { EndpointError, parseEndpoint } from "../net/endpoint.ts";
@@ -63,8 +64,8 @@ const EVIDENCE_FIELDS = ["variant", "document"];
 
 /**
  * Parses an evidence file's `text` (from `source`, named in errors).
- * Strict: unknown fields, wrong types and bad encodings are errors naming
- * the field; `node` must be host:port (the report prints it as it is).
+ * Strict: unknown fields, repeated keys, wrong types and bad encodings are
+ * errors naming the field; `node` must be host:port (the report prints it as it is).
  * Throws {@linkcode EvidenceFileError}.
  */
 export function parseEvidenceFile(text: string, source: string): NodeEvidence {
@@ -77,6 +78,9 @@ export function parseEvidenceFile(text: string, source: string): NodeEvidence {
   } catch (error) {
     return fail(`not JSON: ${jsonSyntaxError(error)}`);
   }
+  // Which of two nonces or documents counts must not be JSON.parse's silent choice.
+  const repeated = repeatedKeyProblem(text);
+  if (repeated !== undefined) fail(repeated);
   if (!isPlainObject(value)) return fail(`want a JSON object, got ${describeType(value)}`);
   for (const field of Object.keys(value)) {
     if (!FIELDS.includes(field)) fail(`unknown field "${field}" (known: ${FIELDS.join(", ")})`);

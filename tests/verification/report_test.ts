@@ -224,6 +224,11 @@ Deno.test("an evidence file that is not one is refused naming the field", () => 
       /evidence\.document must be 1 to 65536 bytes, got 0/,
     ],
     [{ ...good, evidence: { ...good.evidence, x: 1 } }, /unknown field "evidence\.x"/],
+    // JSON.parse would keep the second nonce, silently.
+    [
+      JSON.stringify(good).replace(`"nonce":`, `"nonce":"${"03".repeat(32)}","nonce":`),
+      /^f\.json: key "nonce" is given twice at the top level: give each key once$/,
+    ],
   ];
   for (const [value, message] of cases) {
     const text = typeof value === "string" ? value : JSON.stringify(value);
