@@ -19,7 +19,7 @@ import { withTempDir } from "../support/temp_dir.ts";
 const SYSTEMD_DIR = `${REPO_ROOT}deploy/systemd`;
 const BOOTSTRAPPER_UNIT = "constellation-bootstrapper.service";
 const REJOIN_UNIT = "constellation-rejoin.service";
-/** systemd's cache directory (under /var/cache) where both units keep Deno's code cache. */
+/** systemd's cache directory (under /var/cache) where the bootstrapper unit keeps Deno's code cache. */
 const DENO_CACHE = "constellation-deno";
 
 /** A unit file: each section's keys with every value given (a key may repeat). */
@@ -75,7 +75,7 @@ Deno.test("the bootstrapper unit: the original's ordering and restart policy, af
     assert.equal(bootstrapper.Service[key] ?? bootstrapper.Unit[key], undefined, `${key}: systemd's default`);
   }
   assert.deepEqual(bootstrapper.Service.EnvironmentFile, ["/run/constellation.env"]);
-  // Deno's code cache in systemd's cache directory, shared with the rejoin step (the same bundle).
+  // Deno's code cache in systemd's cache directory, on the state disk, mounted by the time it starts.
   assert.deepEqual(bootstrapper.Service.CacheDirectory, [DENO_CACHE]);
   assert.ok(bootstrapper.Service.Environment.includes(`DENO_DIR=/var/cache/${DENO_CACHE}`));
   assert.deepEqual(bootstrapper.Install.WantedBy, ["multi-user.target"]);
@@ -93,8 +93,10 @@ Deno.test("the rejoin unit: a one-shot before the bootstrapper, rebooting on fai
   assert.deepEqual(rejoin.Service.RemainAfterExit, ["yes"]);
   assert.equal(rejoin.Service.Restart, undefined, "it retries by itself");
   assert.deepEqual(rejoin.Service.EnvironmentFile, ["/run/constellation.env"]);
-  assert.deepEqual(rejoin.Service.CacheDirectory, [DENO_CACHE]);
-  assert.ok(rejoin.Service.Environment.includes(`DENO_DIR=/var/cache/${DENO_CACHE}`));
+  // Not under /var: it is on the state disk this step unlocks (see the image's stand-ins below).
+  assert.equal(rejoin.Service.CacheDirectory, undefined);
+  assert.deepEqual(rejoin.Service.RuntimeDirectory, ["constellation-rejoin"]);
+  assert.ok(rejoin.Service.Environment.includes("DENO_DIR=/run/constellation-rejoin"));
   assert.deepEqual(rejoin.Install.WantedBy, ["multi-user.target"]);
 });
 
@@ -148,6 +150,53 @@ Deno.test({
         assert.equal(result.code, 0, result.stderrLines.join("\n"));
         assert.deepEqual([...result.stdoutLines, ...result.stderrLines], []);
       });
+
+      await t.step(
+        "with the image's state disk (mapped after the rejoin step, /var on it): no cycle",
+        async () => {
+          for (const [name, text] of Object.entries(IMAGE_STATE_DISK_UNITS)) {
+            await Deno.writeTextFile(`${root}/etc/systemd/system/${name}`, text);
+          }
+          const result = await verify();
+          assert.equal(result.code, 0, result.stderrLines.join("\n"));
+          assert.deepEqual([...result.stdoutLines, ...result.stderrLines], []);
+        },
+      );
     });
   },
 });
+
+/**
+ * Stand-ins for the image's state disk, as the original's fstab lays it out and README "Deploying" asks:
+ * systemd-cryptsetup maps it with the key the rejoin step wrote (so after that step), it is mounted on
+ * /run/state, and /var is a bind mount from it. Outside local-fs.target and cryptsetup.target
+ * (DefaultDependencies=no), as the image must keep them: the rejoin step needs the network, which comes
+ * after those targets.
+ */
+const IMAGE_STATE_DISK_UNITS: Record<string, string> = {
+  "systemd-cryptsetup@state.service": `[Unit]
+DefaultDependencies=no
+After=${REJOIN_UNIT}
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/true
+`,
+  "run-state.mount": `[Unit]
+DefaultDependencies=no
+Requires=systemd-cryptsetup@state.service
+After=systemd-cryptsetup@state.service
+[Mount]
+What=/dev/mapper/state
+Where=/run/state
+Type=ext4
+`,
+  "var.mount": `[Unit]
+DefaultDependencies=no
+RequiresMountsFor=/run/state
+[Mount]
+What=/run/state/var
+Where=/var
+Options=bind
+`,
+};
