@@ -152,7 +152,9 @@ export class ComponentInstaller {
     if (!isComponentInstallPath(installPath)) {
       fail(
         "invalid-component",
-        `install path ${JSON.stringify(installPath)} is not an absolute path without ".."`,
+        `install path ${
+          JSON.stringify(installPath)
+        } is not an absolute path other than the root without ".."`,
       );
     }
     return this.#root + installPath.replace(/\/+$/, "");
@@ -347,6 +349,7 @@ class ExtractionPlan {
   readonly #symlinks = new Set<string>();
 
   check(entry: TarEntry): void {
+    if (namesPrefixItself(entry)) return;
     const name = safeName(entry.name);
     const shown = JSON.stringify(entry.name.slice(0, 200));
     const parts = name.split("/");
@@ -388,6 +391,15 @@ class ExtractionPlan {
   }
 }
 
+/**
+ * Whether `entry` is the directory entry of the archive's root (`./`, `.`): `tar -C dir -czf x.tgz .` writes
+ * one first, as the CNI plugins' release archives have it. It names the install prefix itself.
+ */
+function namesPrefixItself(entry: TarEntry): boolean {
+  return entry.type === "directory" && !entry.name.startsWith("/") &&
+    entry.name.split("/").every((part) => part === "" || part === ".");
+}
+
 /** An entry name as a relative path without "." elements; refuses absolute, empty and ".." names. */
 function safeName(raw: string): string {
   const shown = JSON.stringify(raw.slice(0, 200));
@@ -421,6 +433,7 @@ async function extractEntry(
   realPrefix: string,
   symlink: (target: string, path: string) => Promise<void>,
 ): Promise<void> {
+  if (namesPrefixItself(entry)) return; // made with the prefix, with the install's own mode
   const name = safeName(entry.name);
   const path = `${prefix}/${name}`;
   const mode = entry.mode & 0o755;

@@ -57,11 +57,12 @@ export function isComponentHash(hash: string): boolean {
 
 /**
  * Whether a node installs a component at `installPath`: an absolute path,
- * not `/` itself, without a `..` element (the bootstrapper's installer
- * places it under the node's root).
+ * not the root itself (`/`, `/.`, `//`), without a `..` element (the
+ * bootstrapper's installer places it under the node's root).
  */
 export function isComponentInstallPath(installPath: string): boolean {
-  return installPath.startsWith("/") && installPath !== "/" && !installPath.split("/").includes("..");
+  const parts = installPath.split("/").filter((part) => part !== "" && part !== ".");
+  return installPath.startsWith("/") && parts.length > 0 && !parts.includes("..");
 }
 
 /** Whether a node can download a component from `url`: https, http (the hash protects it) or data. */

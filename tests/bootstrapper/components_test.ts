@@ -146,6 +146,21 @@ Deno.test("component installation", async (t) => {
       },
     },
     {
+      name: "an archive made with `tar -C dir .` (a ./ entry first, as the CNI plugins' releases) installs",
+      run: async ({ root, installer }) => {
+        const cni = await tarGz([
+          { name: "./", type: "5", mode: 0o755 },
+          { name: "./bridge", mode: 0o755, content: "bridge" },
+          { name: ".", type: "5", mode: 0o700 },
+          { name: "./loopback", mode: 0o755, content: "loopback" },
+        ]);
+        const url = `data:;base64,${cni.toBase64()}`;
+        await installer.installOne(component(url, await sha256(cni), "/opt/cni/bin", true));
+        assert.deepEqual(await listFiles(`${root}/opt/cni/bin`), ["bridge", "loopback"]);
+        assert.equal(await mode(`${root}/opt/cni/bin`), 0o755, "the prefix keeps the install's mode");
+      },
+    },
+    {
       name: "a data: URL installs",
       run: async ({ root, installer }) => {
         const url = `data:;base64,${binary.toBase64()}`;
@@ -275,6 +290,14 @@ Deno.test("component installation", async (t) => {
           installer.installOne(component(http.url("/kubelet"), hash, "/run/../etc/x", false)),
           "invalid-component",
         );
+        // The root itself, however written: an archive there would write anywhere on the node.
+        for (const root of ["/", "/.", "//", "/./"]) {
+          await refused(
+            installer.installOne(component(http.url("/archive.tar.gz"), hash, root, true)),
+            "invalid-component",
+            /is not an absolute path other than the root without "\.\."/,
+          );
+        }
         await refused(
           installer.installOne(component(http.url("/kubelet"), "sha256:ABC", "/run/x", false)),
           "invalid-component",

@@ -98,6 +98,8 @@ Deno.test("malformed components give errors naming the component and field", () 
     [item({ URL: "ftp://x/kubelet" }), `component 0: "URL" must be an https, http or data URL`],
     [item({ URL: "file:///etc/shadow" }), `component 0: "URL" must be an https, http or data URL`],
     [item({ InstallPath: "/" }), `component 0: "InstallPath" must be an absolute path other than "/"`],
+    [item({ InstallPath: "/." }), `component 0: "InstallPath" must be an absolute path other than "/"`],
+    [item({ InstallPath: "//" }), `component 0: "InstallPath" must be an absolute path other than "/"`],
     [
       item({ InstallPath: "/run/../../etc/cron.d/x" }),
       `component 0: "InstallPath" must be an absolute path other than "/" without "..", got "/run/../../etc/cron.d/x"`,
