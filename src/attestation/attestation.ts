@@ -26,6 +26,8 @@ export interface Issuer {
   readonly variant: string;
   /** Produces an attestation document whose report data is `reportData` (32 bytes). */
   issue(reportData: Uint8Array, options?: { signal?: AbortSignal }): Promise<Uint8Array>;
+  /** Releases what the issuer holds (a TPM issuer's key contexts in a temporary directory), if anything. */
+  close?(): Promise<void>;
 }
 
 /** Verifies evidence. */

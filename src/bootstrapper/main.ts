@@ -57,6 +57,7 @@ import { isNodeBound, TpmClusterMarker } from "./pcr15.ts";
 import { RecoveryServer } from "./recoveryserver.ts";
 import { type Recovery, rejoin } from "./rejoin.ts";
 import {
+  type ClusterBinding,
   EXIT_FAILURE,
   type KubeletStarter,
   type Outcome,
@@ -107,6 +108,17 @@ export async function main(args: string[]): Promise<number> {
   } catch (err) {
     logger.error(`bootstrapper failed: ${err instanceof Error ? err.message : String(err)}`);
     return EXIT_FAILURE;
+  } finally {
+    await closeIssuer(node.issuer, logger);
+  }
+}
+
+/** Closes the issuer (its temporary directory would outlive the process); a failure is only logged. */
+async function closeIssuer(issuer: Issuer, logger: Logger): Promise<void> {
+  try {
+    await issuer.close?.();
+  } catch (error) {
+    logger.warn("closing the attestation issuer failed", { error: (error as Error).message });
   }
 }
 
@@ -156,6 +168,26 @@ async function prepare(
   await binding.isBound({ signal });
 
   const issuer = await createIssuer(flags.attestationVariant, { tcti: tpm?.tcti, logger, signal });
+  try {
+    return await prepareWithIssuer(flags, paths, logger, signal, { marker, binding, issuer });
+  } catch (error) {
+    await closeIssuer(issuer, logger);
+    throw error;
+  }
+}
+
+/** The rest of {@linkcode prepare}, once the TPM is reachable and the issuer made. */
+async function prepareWithIssuer(
+  flags: BootstrapperFlags,
+  paths: NodePaths,
+  logger: Logger,
+  signal: AbortSignal,
+  { marker, binding, issuer }: {
+    marker: ClusterMarker;
+    binding: ClusterBinding;
+    issuer: Issuer;
+  },
+): Promise<Node> {
   const lock = new NodeLock(marker);
   const disk = new LuksStateDisk({
     device: flags.stateDisk,

@@ -246,12 +246,17 @@ Deno.test("bootstrapper processes: init, joins, failures and rejoin on one clust
           want: /cannot start: .*tpm2_pcrread/,
         },
       ];
-      for (const row of rows) {
+      for (const [i, row] of rows.entries()) {
         await t.step(row.name, async () => {
-          const result = await node.run([...joinFlags, ...row.flags]);
+          // Its own temporary directory: the TPM issuer's key contexts (made before the disk is checked) must
+          // not outlive the process.
+          const tmp = `${dir}/tmp-unusable-${i}`;
+          await Deno.mkdir(tmp);
+          const result = await node.run([...joinFlags, ...row.flags], { TMPDIR: tmp });
           assert.equal(result.code, 1, result.stderrLines.slice(-3).join("\n"));
           assert.match(result.stderrLines.at(-1)!, row.want);
           assert.equal(linesWith(result, /cannot start/).length, 1, "one problem named");
+          assert.deepEqual(await Array.fromAsync(Deno.readDir(tmp)), [], "nothing left in its TMPDIR");
         });
       }
       assert.equal((await node.pcr15()).toHex(), "00".repeat(32), "not bound");

@@ -45,8 +45,8 @@ export interface BootstrapNode extends AsyncDisposable, NodeFiles {
   start(flags?: string[]): Promise<RunningService>;
   /** Starts `bootstrapper rejoin` with `flags`; resolves once its recovery server listens (a control plane). */
   startRejoin(flags?: string[]): Promise<RunningService>;
-  /** Runs the bootstrapper to its exit (a bound node, or `rejoin`). */
-  run(flags?: string[]): Promise<ProcessResult>;
+  /** Runs the bootstrapper to its exit (a bound node, or `rejoin`), with `env` added to its environment. */
+  run(flags?: string[], env?: Record<string, string>): Promise<ProcessResult>;
   /** PCR 15 of the node's TPM. */
   pcr15(): Promise<Uint8Array>;
   /** When each kubeadm invocation started and ended (Unix ms), in order. */
@@ -87,7 +87,7 @@ export async function createBootstrapNode(options: BootstrapNodeOptions): Promis
       processes.add(process);
       return process;
     },
-    run: (flags) => runToExit("deno", args(flags), { cwd: REPO_ROOT, timeoutMs: 60_000 }),
+    run: (flags, env) => runToExit("deno", args(flags), { cwd: REPO_ROOT, timeoutMs: 60_000, env }),
     async pcr15() {
       return (await readPcrs({ tcti: tpm.tcti }, [15])).get(15)!;
     },
