@@ -315,8 +315,13 @@ export class ComponentInstaller {
     };
     const plan = new ExtractionPlan();
     try {
-      for await (const entry of entries()) plan.check(entry);
+      for await (const entry of entries()) {
+        // Reading a large archive takes a while; an abort (a deadline) must not wait for its end.
+        signal?.throwIfAborted();
+        plan.check(entry);
+      }
     } catch (error) {
+      if (signal?.aborted) throw signal.reason;
       if (error instanceof UnsafeEntryError) fail("unsafe-archive", error.message, error);
       if (error instanceof TarError) {
         fail(error.reason === "too-large" ? "too-large" : "malformed-archive", error.message, error);
@@ -343,10 +348,18 @@ export class ComponentInstaller {
 /** An archive entry that extraction refuses. */
 class UnsafeEntryError extends Error {}
 
-/** The first pass: every entry's name, type and link checked before anything is written. */
+/**
+ * The first pass: every entry's name, type and link checked before anything is written, so that the second
+ * pass neither writes outside the prefix nor stops halfway on entries that cannot coexist.
+ */
 class ExtractionPlan {
-  readonly #files = new Set<string>();
-  readonly #symlinks = new Set<string>();
+  /** The kind of the latest entry of each file, symlink or hard link name. */
+  readonly #leaves = new Map<string, "file" | "symlink">();
+  /**
+   * Names that must stay directories: directory entries, every entry's parents, and the directories an archive
+   * symlink's target passes through (resolved lexically, which holds only while they are real directories).
+   */
+  readonly #directories = new Set<string>();
 
   check(entry: TarEntry): void {
     if (namesPrefixItself(entry)) return;
@@ -354,16 +367,28 @@ class ExtractionPlan {
     const shown = JSON.stringify(entry.name.slice(0, 200));
     const parts = name.split("/");
     for (let i = 1; i < parts.length; i++) {
-      if (this.#symlinks.has(parts.slice(0, i).join("/"))) {
-        throw new UnsafeEntryError(`tar entry ${shown} lies below a symlink of the archive`);
+      const leaf = this.#leaves.get(parts.slice(0, i).join("/"));
+      // Extraction would follow the symlink, or fail to make a directory over the file ("File exists").
+      if (leaf !== undefined) {
+        throw new UnsafeEntryError(`tar entry ${shown} lies below a ${leaf} of the archive`);
       }
     }
+    if (entry.type !== "directory" && this.#directories.has(name)) {
+      throw new UnsafeEntryError(`tar entry ${shown} is named like a directory of the archive`);
+    }
+    if (entry.type === "directory" && this.#leaves.has(name)) {
+      throw new UnsafeEntryError(
+        `directory ${shown} is named like a ${this.#leaves.get(name)} of the archive`,
+      );
+    }
+    let passesThrough: string[] = [];
     switch (entry.type) {
       case "file":
-        this.#files.add(name);
-        return;
+        this.#leaves.set(name, "file");
+        break;
       case "directory":
-        return;
+        this.#directories.add(name);
+        break;
       case "symlink": {
         const target = entry.linkName;
         if (target === "" || target.startsWith("/")) {
@@ -373,21 +398,30 @@ class ExtractionPlan {
         if (resolved === undefined) {
           throw new UnsafeEntryError(`symlink ${shown} points outside the install prefix`);
         }
-        this.#symlinks.add(name);
-        return;
+        // The lexical resolution is the real one only if no directory on the way is a symlink: through
+        // `d/l -> ..`, "d/l/../.." is two levels above where it seems to be.
+        if (resolved.some((path) => this.#leaves.get(path) === "symlink")) {
+          throw new UnsafeEntryError(`symlink ${shown} has a target through a symlink of the archive`);
+        }
+        passesThrough = resolved;
+        this.#leaves.set(name, "symlink");
+        break;
       }
       case "hardlink": {
         const target = safeName(entry.linkName);
-        if (!this.#files.has(target)) {
+        if (this.#leaves.get(target) !== "file") {
           throw new UnsafeEntryError(`hard link ${shown} does not point to an earlier file of the archive`);
         }
-        this.#files.add(name);
-        return;
+        this.#leaves.set(name, "file");
+        break;
       }
+      default:
+        throw new UnsafeEntryError(
+          `tar entry ${shown} has a refused type (${entry.type}, flag ${entry.typeFlag})`,
+        );
     }
-    throw new UnsafeEntryError(
-      `tar entry ${shown} has a refused type (${entry.type}, flag ${entry.typeFlag})`,
-    );
+    for (let i = 1; i < parts.length; i++) this.#directories.add(parts.slice(0, i).join("/"));
+    for (const path of passesThrough) this.#directories.add(path);
   }
 }
 
@@ -413,17 +447,23 @@ function safeName(raw: string): string {
   return parts.join("/");
 }
 
-/** `target` resolved from the directory `dir` (elements below the prefix), or undefined when it leaves the prefix. */
+/**
+ * The directories (below the prefix, not the prefix itself) that `target`, resolved lexically from the
+ * directory `dir` (elements below the prefix), is looked up through; undefined when it leaves the prefix.
+ */
 function resolveWithin(dir: string[], target: string): string[] | undefined {
   const out = [...dir];
-  for (const part of target.split("/")) {
-    if (part === "" || part === ".") continue;
+  const passesThrough: string[] = [];
+  const parts = target.split("/").filter((part) => part !== "" && part !== ".");
+  for (const [i, part] of parts.entries()) {
+    // Every element reached before the last one is a directory the lookup goes on from.
+    if (i > 0 && out.length > 0) passesThrough.push(out.join("/"));
     if (part === "..") {
       if (out.length === 0) return undefined;
       out.pop();
     } else out.push(part);
   }
-  return out;
+  return passesThrough;
 }
 
 /** The second pass: writes one (already checked) entry. */

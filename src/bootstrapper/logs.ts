@@ -38,6 +38,12 @@ export interface JournalLogsOptions {
   env?: Record<string, string>;
 }
 
+/**
+ * Fewest bytes assumed of a journal line when asking journalctl for the newest `maxBytes`: a short-iso line's
+ * timestamp, host and unit alone take more.
+ */
+const MIN_LINE_BYTES = 32;
+
 /** journalctl's line when it has nothing to show (it still exits 0). */
 const NO_ENTRIES = "-- No entries --";
 
@@ -63,7 +69,7 @@ export class JournalLogs {
 
   /**
    * The newest logs, at most `maxBytes` of them: journalctl's output
-   * (`--no-pager -o short-iso -u <unit>…`) when it has entries, else the
+   * (`--no-pager -o short-iso -n <lines> -u <unit>…`) when it has entries, else the
    * fallback file's tail after one line saying why, else a line saying that
    * no logs are available and why. Never rejects for a missing source; only
    * an abort rejects (with the signal's reason).
@@ -82,15 +88,29 @@ export class JournalLogs {
 
   /** The journal's bounded output, or why there is none. */
   async #journal(signal?: AbortSignal): Promise<Uint8Array | string> {
-    const args = ["--no-pager", "-o", "short-iso", ...this.#units.flatMap((unit) => ["-u", unit])];
+    // journalctl reads only the newest lines, so a long journal costs neither its time nor its size; the
+    // byte bound holds for lines of any length.
+    const lines = Math.ceil(this.#maxBytes / MIN_LINE_BYTES);
+    const args = [
+      "--no-pager",
+      "-o",
+      "short-iso",
+      "-n",
+      String(lines),
+      ...this.#units.flatMap((unit) => ["-u", unit]),
+    ];
     try {
-      const output = await runTool(this.#binary, args, { env: this.#env, signal });
+      const output = await runTool(this.#binary, args, {
+        env: this.#env,
+        signal,
+        maxOutputBytes: this.#maxBytes,
+      });
       if (!output.success) {
         return `journalctl failed (exit code ${output.code}): ${stderrExcerpt(output.stderr)}`;
       }
       const text = output.stdout.trim();
       if (text === "" || text === NO_ENTRIES) return "the journal has no entries";
-      return tail(output.stdoutBytes, this.#maxBytes);
+      return output.stdoutBytes;
     } catch (error) {
       if (error instanceof ToolError && error.reason !== "aborted") return error.message;
       throw signal?.reason ?? error;
@@ -139,10 +159,6 @@ async function readTail(path: string, maxBytes: number): Promise<Uint8Array | st
   } finally {
     file.close();
   }
-}
-
-function tail(bytes: Uint8Array, maxBytes: number): Uint8Array {
-  return bytes.length > maxBytes ? bytes.subarray(bytes.length - maxBytes) : bytes;
 }
 
 function encode(text: string): Uint8Array {

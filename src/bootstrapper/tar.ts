@@ -2,7 +2,7 @@
  * A small streaming reader of gzip-compressed tar archives (POSIX ustar,
  * with pax `x` records for long names and sizes, GNU `L`/`K` long names),
  * over `DecompressionStream`. It only parses: it checks header checksums
- * and bounds (entry count, header extensions, total content), and leaves
+ * and bounds (headers, header extensions, content and decompressed bytes), and leaves
  * every decision about names, links and types to the caller
  * (`components.ts` extracts safely).
  *
@@ -47,12 +47,17 @@ export interface TarEntry {
 
 /** Bounds of {@linkcode tarGzEntries}. */
 export interface TarLimits {
-  /** Most entries; default 10 000. */
+  /** Most headers, header extensions (pax, GNU long names) included; default 10 000. */
   maxEntries?: number;
   /** Most content bytes of all entries together; default 2 GiB. */
   maxTotalBytes?: number;
-  /** Largest pax or GNU long-name record; default 64 KiB. */
+  /** Most bytes of the header extensions (pax, GNU long names) before one entry; default 64 KiB. */
   maxExtensionBytes?: number;
+  /**
+   * Most decompressed bytes read, headers and padding included: a backstop to the other bounds; default
+   * `maxTotalBytes` plus 64 MiB.
+   */
+  maxDecompressedBytes?: number;
 }
 
 /** The archive is not a well-formed tar.gz within the limits. */
@@ -70,11 +75,13 @@ export async function* tarGzEntries(
   const maxExtension = limits.maxExtensionBytes ?? 64 * 1024;
   const reader = new BlockReader(
     stream.pipeThrough(new DecompressionStream("gzip") as unknown as TransformStream<Uint8Array, Uint8Array>),
+    limits.maxDecompressedBytes ?? maxTotal + 64 * 1024 ** 2,
   );
   try {
     let entries = 0;
     let total = 0;
-    let pax: Record<string, string> = {};
+    let pax = new Map<string, string>();
+    let extensionBytes = 0;
     let longName: string | undefined;
     let longLink: string | undefined;
     for (;;) {
@@ -87,22 +94,26 @@ export async function* tarGzEntries(
       const typeFlag = header[156] === 0 ? "0" : String.fromCharCode(header[156]);
       const size = parseNumber(header.subarray(124, 136), "size");
       const padded = Math.ceil(size / BLOCK) * BLOCK;
+      // Extension headers count as entries too: a run of empty ones would otherwise cost nothing.
+      if (++entries > maxEntries) {
+        throw new TarError("too-large", `the archive has more than ${maxEntries} entries`);
+      }
       if (typeFlag === "x" || typeFlag === "g" || typeFlag === "L" || typeFlag === "K") {
-        if (size > maxExtension) {
-          throw new TarError("too-large", `a header extension of ${size} bytes exceeds ${maxExtension}`);
+        // Bounded together, not one by one: consecutive extensions pile up until their entry.
+        extensionBytes += size;
+        if (extensionBytes > maxExtension) {
+          throw new TarError("too-large", `the header extensions of an entry exceed ${maxExtension} bytes`);
         }
         const data = await reader.readExactly(padded);
         const text = new TextDecoder().decode(data.subarray(0, size));
-        if (typeFlag === "x") pax = { ...pax, ...parsePax(text) };
+        if (typeFlag === "x") parsePax(text, pax);
         if (typeFlag === "L") longName = text.replace(/\0.*$/s, "");
         if (typeFlag === "K") longLink = text.replace(/\0.*$/s, "");
         continue;
       }
-      if (++entries > maxEntries) {
-        throw new TarError("too-large", `the archive has more than ${maxEntries} entries`);
-      }
       const type = entryType(typeFlag);
-      const contentSize = pax.size !== undefined ? parseDecimal(pax.size) : size;
+      const paxSize = pax.get("size");
+      const contentSize = paxSize !== undefined ? parseDecimal(paxSize) : size;
       const bodySize = contentSize;
       total += bodySize;
       if (total > maxTotal) {
@@ -110,9 +121,10 @@ export async function* tarGzEntries(
       }
       const prefix = isUstar(header) ? cString(header.subarray(345, 500)) : "";
       const shortName = cString(header.subarray(0, 100));
-      const name = pax.path ?? longName ?? (prefix === "" ? shortName : `${prefix}/${shortName}`);
-      const linkName = pax.linkpath ?? longLink ?? cString(header.subarray(157, 257));
-      pax = {};
+      const name = pax.get("path") ?? longName ?? (prefix === "" ? shortName : `${prefix}/${shortName}`);
+      const linkName = pax.get("linkpath") ?? longLink ?? cString(header.subarray(157, 257));
+      pax = new Map();
+      extensionBytes = 0;
       longName = longLink = undefined;
       const bodyPadded = Math.ceil(bodySize / BLOCK) * BLOCK;
       let consumed = false;
@@ -207,9 +219,8 @@ function checkChecksum(header: Uint8Array): void {
   }
 }
 
-/** pax records: "<length> <key>=<value>\n". */
-function parsePax(text: string): Record<string, string> {
-  const records: Record<string, string> = {};
+/** Adds the pax records of `text` ("<length> <key>=<value>\n") to `records`, later ones replacing. */
+function parsePax(text: string, records: Map<string, string>): void {
   const bytes = new TextEncoder().encode(text);
   let offset = 0;
   while (offset < bytes.length) {
@@ -221,20 +232,22 @@ function parsePax(text: string): Record<string, string> {
     const record = new TextDecoder().decode(bytes.subarray(space + 1, offset + length - 1));
     const equals = record.indexOf("=");
     if (equals === -1) throw new TarError("malformed", "a pax header record has no '='");
-    records[record.slice(0, equals)] = record.slice(equals + 1);
+    records.set(record.slice(0, equals), record.slice(equals + 1));
     offset += length;
   }
-  return records;
 }
 
-/** Reads exact byte counts from a byte stream. */
+/** Reads exact byte counts from a byte stream of at most `maxBytes`. */
 class BlockReader {
   readonly #reader: ReadableStreamDefaultReader<Uint8Array>;
+  readonly #maxBytes: number;
   #buffer: Uint8Array = new Uint8Array(0);
   #done = false;
+  #received = 0;
 
-  constructor(stream: ReadableStream<Uint8Array>) {
+  constructor(stream: ReadableStream<Uint8Array>, maxBytes: number) {
     this.#reader = stream.getReader();
+    this.#maxBytes = maxBytes;
   }
 
   /** Exactly `n` bytes, or undefined at a clean end of stream before any byte. */
@@ -246,8 +259,15 @@ class BlockReader {
       } catch (error) {
         throw new TarError("malformed", `the archive does not decompress: ${(error as Error).message}`);
       }
-      if (result.done) this.#done = true;
-      else this.#buffer = this.#buffer.length === 0 ? result.value : concatBytes(this.#buffer, result.value);
+      if (result.done) {
+        this.#done = true;
+        break;
+      }
+      this.#received += result.value.length;
+      if (this.#received > this.#maxBytes) {
+        throw new TarError("too-large", `the archive decompresses to more than ${this.#maxBytes} bytes`);
+      }
+      this.#buffer = this.#buffer.length === 0 ? result.value : concatBytes(this.#buffer, result.value);
     }
     if (this.#buffer.length === 0 && n > 0) return undefined;
     if (this.#buffer.length < n) throw new TarError("malformed", "the archive is truncated");

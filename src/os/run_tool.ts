@@ -2,8 +2,9 @@
  * Runs one OS tool (cryptsetup, systemctl, journalctl, kubeadm) the way every
  * adapter of the bootstrapper must: a configurable binary, a cleared
  * environment plus exactly the variables the caller names, stdin only when
- * given, output captured with a size bound, and an `AbortSignal` that kills
- * the tool.
+ * given, output captured with a size bound (the last `maxOutputBytes` of
+ * each stream, 16 MiB by default; `truncated` says when more was cut), and an
+ * `AbortSignal` that kills the tool.
  *
  * A non-zero exit is not an error here: each adapter knows what its tool's
  * exit codes mean. Not being able to run the tool at all, or an abort, is a
@@ -13,6 +14,7 @@
  *
  * @module
  */
+import { concatBytes } from "../bytes/concat.ts";
 import { ReasonError } from "../reason_error.ts";
 
 /** Why a tool could not be run to completion. */
@@ -40,7 +42,15 @@ export interface RunToolOptions {
   signal?: AbortSignal;
   /** Values (tokens, passphrases as text) replaced by `[REDACTED]` in stdout and stderr. */
   redact?: readonly string[];
+  /**
+   * Of each of stdout and stderr only the last this many bytes are kept (a tool's end says how it ended);
+   * default {@linkcode DEFAULT_MAX_OUTPUT_BYTES}.
+   */
+  maxOutputBytes?: number;
 }
+
+/** Default bound of each captured stream: 16 MiB. */
+export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 ** 2;
 
 /** What a tool did. */
 export interface ToolOutput {
@@ -56,6 +66,11 @@ export interface ToolOutput {
   stderr: string;
   /** stdout as raw bytes (not redacted: only for tools whose output holds no secret). */
   stdoutBytes: Uint8Array;
+  /**
+   * Whether stdout or stderr was longer than `maxOutputBytes`, so that only its end was kept (and, in
+   * `stdout` and `stderr`, only from its first whole line on).
+   */
+  truncated: boolean;
 }
 
 /** Placeholder for a redacted value. */
@@ -102,21 +117,52 @@ export async function runTool(binary: string, args: readonly string[], options: 
       cause: error,
     });
   }
-  const pending = child.output();
+  const maxBytes = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+  const pending = Promise.all([
+    readTail(child.stdout, maxBytes),
+    readTail(child.stderr, maxBytes),
+    child.status,
+  ]);
   // A tool that exits before reading its input says why through its exit code and stderr.
   if (stdin) await writeAndClose(child.stdin, stdin).catch(() => {});
-  const output = await pending;
+  const [stdout, stderr, status] = await pending;
   if (signal?.aborted) throw abortedError(binary, signal);
   const redact = options.redact ?? [];
-  const decoder = new TextDecoder();
-  return {
-    code: output.signal ? null : output.code,
-    signal: output.signal,
-    success: output.success,
-    stdout: redactValues(decoder.decode(output.stdout), redact),
-    stderr: redactValues(decoder.decode(output.stderr), redact),
-    stdoutBytes: output.stdout,
+  const text = (tail: { bytes: Uint8Array; cut: boolean }) => {
+    const decoded = new TextDecoder().decode(tail.bytes);
+    // A cut can split a secret, whose remaining end no longer matches `redact`: start at a whole line.
+    return redactValues(tail.cut ? decoded.slice(decoded.indexOf("\n") + 1) : decoded, redact);
   };
+  return {
+    code: status.signal ? null : status.code,
+    signal: status.signal,
+    success: status.success,
+    stdout: text(stdout),
+    stderr: text(stderr),
+    stdoutBytes: stdout.bytes,
+    truncated: stdout.cut || stderr.cut,
+  };
+}
+
+/** The last `maxBytes` of `stream`, read to its end with at most `maxBytes` plus one chunk held. */
+async function readTail(
+  stream: ReadableStream<Uint8Array>,
+  maxBytes: number,
+): Promise<{ bytes: Uint8Array; cut: boolean }> {
+  const kept: Uint8Array[] = [];
+  let length = 0;
+  let cut = false;
+  for await (const chunk of stream) {
+    kept.push(chunk);
+    length += chunk.length;
+    while (length - kept[0].length >= maxBytes) {
+      length -= kept.shift()!.length;
+      cut = true;
+    }
+  }
+  const bytes = concatBytes(...kept);
+  if (bytes.length <= maxBytes) return { bytes, cut };
+  return { bytes: bytes.subarray(bytes.length - maxBytes), cut: true };
 }
 
 /** `text` with every occurrence of each non-empty value in `values` replaced by {@linkcode REDACTED}. */

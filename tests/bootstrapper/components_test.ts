@@ -106,6 +106,32 @@ Deno.test("component installation", async (t) => {
     symlinkOut: await tarGz([{ name: "out", type: "2", link: "../../etc" }]),
     symlinkAbsolute: await tarGz([{ name: "out", type: "2", link: "/etc/passwd" }]),
     belowSymlink: await tarGz([{ name: "dir", type: "2", link: "." }, { name: "dir/file", content: "x" }]),
+    // Lexically "etc" inside the prefix; through the archive's own `d/l -> ..`, four levels above it.
+    chainedSymlink: await tarGz([
+      { name: "d/", type: "5" },
+      { name: "d/l", type: "2", link: ".." },
+      { name: "e", type: "2", link: "d/l/d/l/d/l/d/l/../../../../../../../../etc" },
+    ]),
+    // The same with the links the other way round: `d/l` turns the earlier target into "../etc".
+    symlinkOnAnEarlierTarget: await tarGz([
+      { name: "e", type: "2", link: "d/l/../../etc" },
+      { name: "d/", type: "5" },
+      { name: "d/l", type: "2", link: ".." },
+    ]),
+    belowFile: await tarGz([
+      { name: "first", content: "one" },
+      { name: "a", content: "file a" },
+      { name: "a/x", content: "x" },
+      { name: "last", content: "last" },
+    ]),
+    fileOverDirectory: await tarGz([{ name: "a/x", content: "x" }, { name: "a", content: "file a" }]),
+    directoryOverFile: await tarGz([{ name: "a", content: "file a" }, { name: "a", type: "5" }]),
+    // A hard link to `sub/f` once it is a symlink would copy "../etc" to the prefix's top, outside it.
+    hardlinkToSymlink: await tarGz([
+      { name: "sub/f", content: "x" },
+      { name: "sub/f", type: "2", link: "../etc" },
+      { name: "h", type: "1", link: "sub/f" },
+    ]),
     hardlinkOut: await tarGz([{ name: "h", type: "1", link: "../outside" }]),
     device: await tarGz([{ name: "dev", type: "3" }]),
     fifo: await tarGz([{ name: "pipe", type: "6" }]),
@@ -205,6 +231,17 @@ Deno.test("component installation", async (t) => {
       ["a symlink escaping the prefix", "symlinkOut", "unsafe-archive", /points outside/],
       ["an absolute symlink", "symlinkAbsolute", "unsafe-archive", /absolute or empty target/],
       ["an entry below a symlink of the archive", "belowSymlink", "unsafe-archive", /below a symlink/],
+      ["a symlink through a symlink of the archive", "chainedSymlink", "unsafe-archive", /through a symlink/],
+      [
+        "a symlink on an earlier symlink's way",
+        "symlinkOnAnEarlierTarget",
+        "unsafe-archive",
+        /"d\/l" is named like a directory/,
+      ],
+      ["an entry below a file of the archive", "belowFile", "unsafe-archive", /"a\/x" lies below a file/],
+      ["a file named like a directory", "fileOverDirectory", "unsafe-archive", /named like a directory/],
+      ["a directory named like a file", "directoryOverFile", "unsafe-archive", /named like a file/],
+      ["a hard link to a symlink", "hardlinkToSymlink", "unsafe-archive", /not point to an earlier file/],
       ["a hard link escaping the prefix", "hardlinkOut", "unsafe-archive", /"\.\." element/],
       ["a device file", "device", "unsafe-archive", /refused type \(device/],
       ["a FIFO", "fifo", "unsafe-archive", /refused type \(fifo/],
@@ -260,6 +297,43 @@ Deno.test("component installation", async (t) => {
           /3 download attempts failed; last: the server answered 503/,
         );
         assert.deepEqual(timers.requested, [1000, 2000]);
+      },
+    },
+    {
+      name: "an abort while the archive is checked stops the check at once",
+      run: async ({ root, tmpDir }) => {
+        // The archive's last entry is unsafe: a check pass that read on would end "unsafe-archive".
+        const entries: Entry[] = [...Array(50).keys()].map((i) => ({ name: `f${i}`, content: "x" }));
+        const late = await tarGz([...entries, { name: "/etc/evil", content: "x" }]);
+        const controller = new AbortController();
+        // The download's last read aborts, so the abort lands after the download, before extraction.
+        const fetchAborting = () => {
+          let sent = false;
+          const body = new ReadableStream<Uint8Array>({
+            pull: (stream) => {
+              if (sent) {
+                controller.abort(new Error("deadline"));
+                stream.close();
+              } else stream.enqueue(late);
+              sent = true;
+            },
+          });
+          return Promise.resolve(new Response(body));
+        };
+        const installer = new ComponentInstaller(
+          { fetch: fetchAborting, logger: recordingLogger().logger },
+          { root, tmpDir },
+        );
+        await assert.rejects(
+          installer.installOne(
+            component("https://example.test/late.tar.gz", await sha256(late), "/opt/x", true),
+            {
+              signal: controller.signal,
+            },
+          ),
+          /^Error: deadline$/,
+        );
+        assert.deepEqual(await listFiles(`${root}/opt`), []);
       },
     },
     {

@@ -16,6 +16,8 @@ Deno.test("logs: journalctl's output for the bootstrapper and kubelet units, in 
       "--no-pager",
       "-o",
       "short-iso",
+      "-n",
+      "32768", // the default 1 MiB at 32 bytes a line: a long journal is not read whole
       "-u",
       "constellation-bootstrapper.service",
       "-u",

@@ -8,7 +8,8 @@
 /** One entry of a hand-built tar archive (so the tests can build what GNU tar would refuse to). */
 export interface TarEntry {
   name: string;
-  type?: "0" | "5" | "2" | "1" | "3" | "6";
+  /** Besides entries, the header extensions: pax "x" (per entry) and "g" (global), GNU "L" and "K" long names. */
+  type?: "0" | "5" | "2" | "1" | "3" | "6" | "x" | "g" | "L" | "K";
   mode?: number;
   content?: string;
   link?: string;
@@ -36,7 +37,7 @@ function header(entry: TarEntry, size: number): Uint8Array {
   return block;
 }
 
-/** A gzip-compressed tar archive of `entries`. */
+/** A gzip-compressed tar archive of `entries` (an extension's `content` is its raw data). */
 export async function tarGz(entries: TarEntry[]): Promise<Uint8Array> {
   const parts: Uint8Array[] = [];
   for (const entry of entries) {
