@@ -33,10 +33,13 @@ export class PemError extends ReasonError<"malformed" | "empty"> {}
 /**
  * A block: BEGIN line, optional `Key: value` headers (continued on lines
  * starting with a space) and a blank line, base64 lines, the matching END
- * line.
+ * line. Written so that no text matches two ways (PEM is read from nodes'
+ * CSRs and operators' files): a label holds no `-----`, and a header's key
+ * does not start with a space, which a continuation line does. Otherwise a
+ * few hundred bytes of such lines took minutes to refuse (each split tried).
  */
 const BLOCK =
-  /-{5}BEGIN ([^\n]+(?=-{5}))-{5}\n(?:((?:[^:\n]+: (?:[^\n]+\n(?: +[^\n]+\n)*))+))?\n?((?:[a-zA-Z0-9=+/]+\n)+)-{5}END \1-{5}/g;
+  /-{5}BEGIN ((?:[^\n-]|-(?!-{4}))+)-{5}\n(?:((?:[^:\n ][^:\n]*: (?:[^\n]+\n(?: +[^\n]+\n)*))+))?\n?((?:[a-zA-Z0-9=+/]+\n)+)-{5}END \1-{5}/g;
 
 /**
  * Every PEM block of `text`, in order; none when it holds none. Throws
@@ -57,12 +60,12 @@ export function decodePemBlocks(text: string): PemBlock[] {
   return blocks;
 }
 
-/** `Key: value` lines; a line without a colon continues the value before it. */
+/** `Key: value` lines; a line starting with a space (or without a colon) continues the value before it. */
 function parseHeaders(lines: string): { key: string; value: string }[] {
   const headers: { key: string; value: string }[] = [];
   for (const line of lines.split("\n")) {
     const colon = line.indexOf(":");
-    if (colon < 0) {
+    if (colon < 0 || line.startsWith(" ")) {
       // The pattern starts the lines with a header, so there is one to continue.
       headers[headers.length - 1].value += line.trim();
     } else headers.push({ key: line.slice(0, colon), value: line.slice(colon + 1).trim() });
