@@ -80,7 +80,8 @@ function replacer(_key: string, value: unknown): unknown {
 
 /** Parses a `--log-level` flag value, throwing a clear error for anything else. */
 export function parseLogLevel(value: string): LogLevel {
-  if (value in severity) return value as LogLevel;
+  // Own keys only: `in` would take "toString" or "__proto__" for a level.
+  if (Object.hasOwn(severity, value)) return value as LogLevel;
   throw new Error(`invalid log level "${value}": want one of debug, info, warn, error`);
 }
 

@@ -19,6 +19,7 @@ import {
   instanceFromJson,
   type InstanceMetadata,
   instancesFromJson,
+  quoted,
 } from "./instance.ts";
 
 /** The port the original appends to the `/endpoint` host. */
@@ -226,7 +227,7 @@ function parseEndpoint(value: unknown): ApiServerEndpoint {
   if (typeof value !== "string" || value === "") {
     throw new InstanceDecodeError(
       "",
-      `want the endpoint as a non-empty JSON string, got ${JSON.stringify(value)}`,
+      `want the endpoint as a non-empty JSON string, got ${quoted(value)}`,
     );
   }
   let host = value;
@@ -240,10 +241,10 @@ function parseEndpoint(value: unknown): ApiServerEndpoint {
   }
   const dnsName = /^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$/;
   if (!(isIP(host) !== 0 || (dnsName.test(host) && !/^[\d.]+$/.test(host)))) {
-    throw new InstanceDecodeError("", `the endpoint ${JSON.stringify(value)} is not a host or host:port`);
+    throw new InstanceDecodeError("", `the endpoint ${quoted(value)} is not a host or host:port`);
   }
   if (!(port >= 1 && port <= 65535)) {
-    throw new InstanceDecodeError("", `the endpoint ${JSON.stringify(value)} has an invalid port`);
+    throw new InstanceDecodeError("", `the endpoint ${quoted(value)} has an invalid port`);
   }
   return { host, port };
 }

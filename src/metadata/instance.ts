@@ -89,7 +89,7 @@ export function instanceFromJson(value: unknown, at = ""): InstanceMetadata {
   const providerId = optionalString(object, "ProviderID", at) ?? "";
   const vpcIp = optionalString(object, "VPCIP", at) ?? "";
   if (vpcIp !== "" && isIP(vpcIp) === 0) {
-    throw new InstanceDecodeError(`${at}VPCIP`, `${JSON.stringify(vpcIp)} is not an IP address`);
+    throw new InstanceDecodeError(`${at}VPCIP`, `${quoted(vpcIp)} is not an IP address`);
   }
   const instance: InstanceMetadata = { name, providerId, role: roleField(object, at), vpcIp };
   const secondaryIpRange = optionalString(object, "SecondaryIPRange", at);
@@ -129,7 +129,7 @@ function roleField(object: Record<string, unknown>, at: string): Role {
   }
   throw new InstanceDecodeError(
     `${at}Role`,
-    `${JSON.stringify(text)} is not a role (want "ControlPlane" or "Worker")`,
+    `${quoted(text)} is not a role (want "ControlPlane" or "Worker")`,
   );
 }
 
@@ -151,6 +151,14 @@ function describe(value: unknown): string {
   if (value === null) return "null";
   if (Array.isArray(value)) return "a list";
   if (typeof value === "object") return "an object";
-  const text = JSON.stringify(value);
-  return `${typeof value} ${text.length > 40 ? text.slice(0, 40) + "…" : text}`;
+  return `${typeof value} ${quoted(value, 40)}`;
+}
+
+/**
+ * A value from the metadata server as JSON, cut to `max` characters: errors
+ * quoting it are logged on every retry, and the server may send megabytes.
+ */
+export function quoted(value: unknown, max = 64): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > max ? text.slice(0, max) + "…" : text;
 }

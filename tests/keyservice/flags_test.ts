@@ -68,6 +68,9 @@ Deno.test("parseKeyServiceFlags() rejects a bad command line with a one-line mes
     [["--port", "--", "-1"], 'flag --port needs a value (write --port=<value> for one starting with "-")'],
     [["--port", "90a"], 'invalid --port "90a": want a number from 0 to 65535'],
     [["--log-level", "trace"], 'invalid log level "trace": want one of debug, info, warn, error'],
+    // Names every object inherits are no levels either.
+    [["--log-level", "toString"], 'invalid log level "toString": want one of debug, info, warn, error'],
+    [["--log-level", "__proto__"], 'invalid log level "__proto__": want one of debug, info, warn, error'],
     [["--salt="], "--salt must not be empty"],
     [["--listen-address", "nonsense"], LISTEN_ADDRESS_ERROR("nonsense")],
     [["--listen-address", "999.1.1.1"], LISTEN_ADDRESS_ERROR("999.1.1.1")],

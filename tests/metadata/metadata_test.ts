@@ -252,6 +252,13 @@ Deno.test("metadata client: malformed answers are errors naming the field, never
       message: /VPCIP: "10.42.1" is not an IP address/,
     },
     {
+      name: "a VPCIP of a megabyte is quoted cut short (the message is logged on every retry)",
+      body: JSON.stringify({ ...good, VPCIP: "x".repeat(1_000_000) }),
+      call: (c) => c.self(),
+      reason: "malformed",
+      message: /^[^]{0,200}VPCIP: "x{63}… is not an IP address$/,
+    },
+    {
       name: "AliasIPRanges not a list of strings",
       body: JSON.stringify({ ...good, AliasIPRanges: [1] }),
       call: (c) => c.self(),
