@@ -42,6 +42,7 @@ import type * as esbuild from "esbuild";
 import { buildConsole } from "../src/console/build.ts";
 import { CONSOLE_FILES, PAGE_DIR_NAME } from "../src/console/page.ts";
 import { SERVICE_DENO_FLAGS, SERVICE_ENV, SERVICE_ENV_REMOVED } from "../src/os/service_runtime.ts";
+import { shellQuote } from "../src/os/shell_quote.ts";
 import { embeddedDescriptorsPlugin, IDENTIFIER } from "./embedded_descriptors.ts";
 
 /** A component to build. */
@@ -180,11 +181,6 @@ function ruleFlag(set: string, kind: string, rule: string, value: boolean | stri
     }
   }
   return [`--${rule}-${kind}=${value.join(",")}`];
-}
-
-/** Quotes `value` for a POSIX shell. */
-function shellQuote(value: string): string {
-  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(value) ? value : `'${value.replaceAll("'", `'\\''`)}'`;
 }
 
 /**

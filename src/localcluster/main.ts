@@ -61,11 +61,14 @@ export async function main(args: string[]): Promise<number> {
 /**
  * Refuses a state directory (`given` as the operator wrote it, resolved to
  * `stateDir`) that is a file or lies below one: every command would
- * otherwise fail with the system's "Not a directory", naming no path. One
+ * otherwise fail with the system's "Not a directory", naming no path; and
+ * one whose path holds a comma, which would split the lists it goes into. One
  * that does not exist is fine: `up` creates it, the others say no cluster
  * is there.
  */
 async function checkStateDir(given: string, stateDir: string): Promise<void> {
+  // Node paths go into comma-separated lists: swtpm's options and Deno's --allow-* flags.
+  if (stateDir.includes(",")) throw new Error(`--state-dir ${given} names a path with a comma (${stateDir})`);
   try {
     if ((await Deno.stat(stateDir)).isDirectory) return;
   } catch (error) {

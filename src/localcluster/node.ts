@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { shellQuote } from "../os/shell_quote.ts";
 import { readPcrs } from "../attestation/tpm/pcr.ts";
 import { nodePaths } from "../bootstrapper/node_paths.ts";
 import { LuksStateDisk } from "../bootstrapper/state_disk.ts";
@@ -80,23 +81,26 @@ export async function prepareNode(options: PrepareNodeOptions): Promise<NodeFile
   await Deno.writeFile(initialKey, crypto.getRandomValues(new Uint8Array(32)), { mode: 0o400 });
   await formatStateDisk(disk, initialKey);
 
-  const env = (name: string) => Deno.env.get(name) ?? "";
+  const env = (name: string) => shellQuote(Deno.env.get(name) ?? "");
+  const times = shellQuote(`${root}/var/lib/kubeadm-times`);
   await Deno.writeTextFile(
     `${root}/run/state/bin/kubeadm`,
     `#!/bin/sh
 # The recording kubeadm (a stand-in for kubeadm), writing under this node's root; it logs each call's times.
-export KUBEADM_SIM_ROOT='${root}' DENO_DIR='${env("DENO_DIR")}' HOME='${env("HOME")}' PATH='${env("PATH")}'
-echo "start $(date +%s%N)" >> '${root}/var/lib/kubeadm-times'
-'${REPO_ROOT}scripts/kubeadm-sim' "$@"
+export KUBEADM_SIM_ROOT=${shellQuote(root)} DENO_DIR=${env("DENO_DIR")} HOME=${env("HOME")} PATH=${
+      env("PATH")
+    }
+echo "start $(date +%s%N)" >> ${times}
+${shellQuote(`${REPO_ROOT}scripts/kubeadm-sim`)} "$@"
 status=$?
-echo "end $(date +%s%N)" >> '${root}/var/lib/kubeadm-times'
+echo "end $(date +%s%N)" >> ${times}
 exit $status
 `,
     { mode: 0o755 },
   );
   await Deno.writeTextFile(
     `${root}/usr/bin/systemctl`,
-    `#!/bin/sh\necho "$*" >> '${root}/var/lib/systemctl-calls'\n`,
+    `#!/bin/sh\necho "$*" >> ${shellQuote(`${root}/var/lib/systemctl-calls`)}\n`,
     { mode: 0o755 },
   );
   return files;

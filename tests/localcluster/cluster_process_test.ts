@@ -301,7 +301,7 @@ Deno.test("a state directory outside the cluster permission set is named with wh
   assert.doesNotMatch(output(result), /--allow-read/);
 });
 
-Deno.test("a --state-dir that is a file is named as not a directory, by every command", async (t) => {
+Deno.test("a --state-dir that is a file is named as not a directory, by every command, and one with a comma is refused", async (t) => {
   for (
     const [command, stateDir] of [["up", "./README.md"], ["status", "README.md"], ["down", "README.md/c"]]
   ) {
@@ -311,6 +311,11 @@ Deno.test("a --state-dir that is a file is named as not a directory, by every co
       assert.equal(output(result), `cluster: --state-dir ${stateDir} is not a directory`);
     });
   }
+  await t.step("up --state-dir with a comma in its path", async () => {
+    const result = await cluster(["up", "--state-dir", "/tmp/a,b"]);
+    assert.equal(result.code, 1, output(result));
+    assert.equal(output(result), "cluster: --state-dir /tmp/a,b names a path with a comma (/tmp/a,b)");
+  });
 });
 
 /** The namespace `name`'s inode (its identity), or undefined when none is mounted by that name. */
