@@ -6,6 +6,8 @@
 #   install-tools.sh cluster   what `deno task cluster up` (npm start) drives: swtpm, tpm2-tools,
 #                              cryptsetup, ip, ps
 set -uo pipefail
+# cryptsetup lives in /usr/sbin, which a user's PATH often leaves out (the tasks add it as well).
+export PATH="$PATH:/usr/sbin:/sbin"
 cluster_tools=(swtpm:swtpm swtpm_ioctl:swtpm-tools tpm2_quote:tpm2-tools cryptsetup:cryptsetup-bin ps:procps
   ip:iproute2)
 test_tools=(openssl:openssl ssh-keygen:openssh-client kubectl:kubectl curl:curl systemd-analyze:systemd

@@ -4,7 +4,7 @@
 # test, and ends with the line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PWD/node_modules/.bin:$PATH" NO_COLOR=1 RUST_BACKTRACE=0 DENO_NO_PROMPT=1
+export PATH="$PWD/node_modules/.bin:$PATH:/usr/sbin:/sbin" NO_COLOR=1 RUST_BACKTRACE=0 DENO_NO_PROMPT=1
 
 bash scripts/install-tools.sh || { echo "0 passed, 1 failed"; exit 1; }
 

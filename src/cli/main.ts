@@ -10,7 +10,7 @@
  *
  * Permissions: the `cli` permission set of deno.json: reading and writing
  * files the operator names (not `/proc`, `/sys`, `/dev`), the network to
- * nodes, and only the `NO_COLOR` and `TERM` environment variables; no
+ * nodes, and only the `NO_COLOR` environment variable; no
  * subprocesses.
  *
  * @module
