@@ -162,6 +162,29 @@ export function kubeadmRbac(request: RbacRequest): boolean | undefined {
     (verb === "create" || verb === "get");
 }
 
+/** The groups kubeadm makes cluster administrators (`admin.conf`'s, and the super-admin's). */
+const ADMIN_GROUPS = ["system:masters", "kubeadm:cluster-admins"];
+
+/** The group of every kubelet's client certificate (`system:node:<name>`). */
+export const NODES_GROUP = "system:nodes";
+
+/**
+ * What a kubeadm cluster allows the other identities it knows: administrators
+ * everything; a kubelet (`system:nodes`) what the Node authorizer and
+ * kubeadm's bindings give it here: its certificate requests, and no Secret
+ * or ConfigMap (it runs no pods whose objects it could read). Undefined for
+ * anyone else (decided by the server's `authorize` option, else refused). A
+ * worker's kubelet certificate, which every join ticket carries and any
+ * bootstrap token gets signed, must not read `constellation-mastersecret`.
+ */
+export function clusterRbac(request: RbacRequest): boolean | undefined {
+  const { groups, verb, group, resource } = request;
+  if (groups.some((name) => ADMIN_GROUPS.includes(name))) return true;
+  if (!groups.includes(NODES_GROUP)) return undefined;
+  return group === "certificates.k8s.io" && resource === "certificatesigningrequests" &&
+    (verb === "create" || verb === "get" || verb === "list" || verb === "watch");
+}
+
 function timingSafeEqual(a: string, b: string): boolean {
   if (a.length !== b.length) return false;
   let difference = 0;

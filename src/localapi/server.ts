@@ -27,7 +27,9 @@
  * from another CA is 401 Unauthorized; no credentials at all is the
  * anonymous user. It also does what such a cluster does for joining nodes
  * (`bootstrap.ts`, `csr.ts`): bootstrap tokens are authenticated, anonymous
- * and bootstrap token users are held to kubeadm's default RBAC,
+ * and bootstrap token users are held to kubeadm's default RBAC, kubelets
+ * (`system:nodes`) to their certificate requests, administrators may do
+ * anything and other identities nothing (unless `authorize` allows it),
  * `kube-public/cluster-info` carries the bootstrap signer's signatures,
  * kubelet CertificateSigningRequests are approved and signed, and
  * `/healthz`, `/livez` and `/readyz` answer `ok`.
@@ -51,6 +53,7 @@ import {
   ANONYMOUS,
   authenticateBootstrapToken,
   CLUSTER_INFO,
+  clusterRbac,
   type Identity,
   isExpiredBootstrapToken,
   kubeadmRbac,
@@ -446,7 +449,10 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
     if (!route || !verb) throw notFoundPath();
     const { resource, namespace, name } = route;
     const request = { ...identity, verb, group: resource.group, resource: resource.plural, namespace, name };
-    const allowed = (clusterMode ? kubeadmRbac(request) : undefined) ?? options.authorize?.(request) ?? true;
+    // In cluster mode as a kubeadm cluster decides, an identity it does not know refused; otherwise open.
+    const allowed = clusterMode
+      ? kubeadmRbac(request) ?? clusterRbac(request) ?? options.authorize?.(request) ?? false
+      : options.authorize?.(request) ?? true;
     if (!allowed) throw forbidden(identity.user, verb, route);
     if (resource === NAMESPACES || resource === EVENTS) return readOnly(route, verb, url, headers);
     const userAgent = String(headers["user-agent"] ?? "");
@@ -473,12 +479,13 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
       }
       case "create": {
         const object = decodeJson(body, headers, resource);
-        let created = store.create(route, object, fieldManager, "Update");
         if (resource === CERTIFICATE_SIGNING_REQUESTS) {
-          const createdRoute = { ...route, name: String((created.metadata as Json).name) };
-          await approveAndSign(store.peek(createdRoute)!, identity, clusterPki!.signer);
-          created = store.get(createdRoute);
+          // Approved and signed before it is stored, in one write: a save between the two (another
+          // request's) would journal it without its certificate, and a client's own status is not taken.
+          delete object.status;
+          await approveAndSign(object, identity, clusterPki!.signer);
         }
+        const created = store.create(route, object, fieldManager, "Update");
         await persist();
         return { code: 201, object: created };
       }

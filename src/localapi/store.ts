@@ -475,8 +475,9 @@ function labelMatcher(selector: string | undefined): (labels: Record<string, str
         const [, key, op, value] = match;
         return op === "!=" ? labels[key.trim()] !== value.trim() : labels[key.trim()] === value.trim();
       }
-      if (term.startsWith("!")) return !(term.slice(1).trim() in labels);
-      return term in labels;
+      // Own keys only: `in` would find "constructor" on every object.
+      if (term.startsWith("!")) return !Object.hasOwn(labels, term.slice(1).trim());
+      return Object.hasOwn(labels, term);
     });
 }
 

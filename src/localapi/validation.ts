@@ -163,7 +163,7 @@ export function normalize(resource: ResourceType, input: Json, route: Route): Js
       }
     }
     for (const [key, value] of Object.entries((object.stringData ?? {}) as Record<string, string>)) {
-      data[key] = btoa(String.fromCharCode(...new TextEncoder().encode(String(value))));
+      data[key] = new TextEncoder().encode(String(value)).toBase64();
     }
     delete object.stringData;
     if (Object.keys(data).length > 0) object.data = data;
@@ -189,9 +189,27 @@ export function validateName(resource: ResourceType, name: string): void {
   }
 }
 
-/** Secret and ConfigMap data keys, as the real validation checks them. */
+/**
+ * Labels and annotations as string maps (every kind), then Secret and
+ * ConfigMap data keys and values, as the real validation checks them.
+ */
 export function validateContent(resource: ResourceType, object: Json, name: string): void {
+  const metadata = (object.metadata ?? {}) as Json;
+  for (const field of ["labels", "annotations"]) {
+    const map = metadata[field];
+    if (map === undefined || map === null) continue;
+    if (!isObject(map) || Object.values(map).some((value) => typeof value !== "string")) {
+      throw new StatusError(400, "BadRequest", `metadata.${field} must map strings to strings`);
+    }
+  }
   if (resource.group !== "") return;
+  for (const field of ["data", "binaryData"]) {
+    const map = object[field];
+    if (map === undefined || map === null) continue;
+    if (!isObject(map) || Object.values(map).some((value) => typeof value !== "string")) {
+      throw new StatusError(400, "BadRequest", `${field} must map keys to strings`);
+    }
+  }
   for (const field of ["data", "binaryData"]) {
     for (const key of Object.keys((object[field] ?? {}) as Json)) {
       if (!configKey.test(key)) {

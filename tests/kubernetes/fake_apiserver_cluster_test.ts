@@ -327,14 +327,23 @@ Deno.test("fake apiserver (pkiDir): bootstrap tokens, anonymous users and cluste
       assert.deepEqual(read.status, created.status);
 
       const kubeletClient = await tlsClientPem(certificate, keys);
-      const seen = await get(
+      const own = await get(
         server,
         server.caPem,
-        "/api/v1/namespaces/kube-system/configmaps/x",
+        `/apis/certificates.k8s.io/v1/certificatesigningrequests/${created.metadata!.name}`,
         kubeletClient,
       );
-      assert.equal(seen.status, 404, "the signed certificate authenticates");
+      assert.equal(own.status, 200, "the signed certificate authenticates, and a kubelet reads its requests");
       assert.equal(server.requests.at(-1)?.user, "system:node:worker-1");
+      // A kubelet is no administrator: the master secret and the tokens are not its to read or write.
+      for (
+        const path of [
+          "/api/v1/namespaces/kube-system/secrets",
+          "/api/v1/namespaces/kube-system/configmaps/x",
+        ]
+      ) {
+        assert.equal((await get(server, server.caPem, path, kubeletClient)).status, 403, path);
+      }
     });
   } finally {
     await Deno.remove(pkiDir, { recursive: true });
@@ -352,3 +361,73 @@ async function tlsClientPem(
   );
   return { cert: certificate.toString("pem"), key };
 }
+
+Deno.test("fake apiserver (pkiDir): kubelet certificate requests keep their certificates across a restart; a client's own status is not taken", async () => {
+  const pkiDir = await Deno.makeTempDir({ prefix: "fake-apiserver-pki-" });
+  const stateDir = await Deno.makeTempDir({ prefix: "fake-apiserver-state-" });
+  const type = { group: "certificates.k8s.io", version: "v1", plural: "certificatesigningrequests" };
+  const token = generateBootstrapToken();
+  const request = async (
+    name: string,
+    signerName: string,
+    status?: CertificateSigningRequest["status"],
+  ): Promise<CertificateSigningRequest> => {
+    const csr = await x509.Pkcs10CertificateRequestGenerator.create({
+      name: `CN=system:node:${name}, O=system:nodes`,
+      keys: await generateKeyPair(),
+      signingAlgorithm: { name: "ECDSA", hash: "SHA-256" },
+    });
+    return {
+      kind: "CertificateSigningRequest",
+      metadata: { name },
+      spec: {
+        request: new TextEncoder().encode(csr.toString("pem")).toBase64(),
+        signerName,
+        usages: ["digital signature", "client auth"],
+      },
+      ...(status ? { status } : {}),
+    };
+  };
+  try {
+    {
+      await using server = await startFakeApiServer({ pkiDir, stateDir, pkiPollMs: 20 });
+      await writeClusterPki(pkiDir);
+      await server.whenServing();
+      using admin = await adminClient(server);
+      await admin.createSecret(
+        "kube-system",
+        bootstrapTokenSecret(token, new Date(Date.now() + 15 * 60_000)),
+      );
+      using client = tokenClient(server, token.token);
+      // At once: another request's save between a request's store and its signing journaled it unsigned.
+      await Promise.all(
+        Array.from(
+          { length: 10 },
+          async (_, i) =>
+            client.createCustomResource<CertificateSigningRequest>(
+              type,
+              await request(`worker-${i}`, "kubernetes.io/kube-apiserver-client-kubelet"),
+            ),
+        ),
+      );
+      const forged = await client.createCustomResource<CertificateSigningRequest>(
+        type,
+        await request("forged", "kubernetes.io/kube-apiserver-client", {
+          conditions: [{ type: "Approved", status: "True" }],
+          certificate: btoa("not a certificate"),
+        }),
+      );
+      assert.equal(forged.status, undefined, "a status the client sent is dropped, as kube-apiserver does");
+    }
+    await using restarted = await startFakeApiServer({ pkiDir, stateDir, pkiPollMs: 20 });
+    await restarted.whenServing();
+    using admin = await adminClient(restarted);
+    for (let i = 0; i < 10; i++) {
+      const csr = await admin.getCustomResource<CertificateSigningRequest>(type, `worker-${i}`);
+      assert.ok(csr.status?.certificate, `worker-${i} kept its certificate`);
+    }
+  } finally {
+    await Deno.remove(pkiDir, { recursive: true });
+    await Deno.remove(stateDir, { recursive: true });
+  }
+});

@@ -88,6 +88,37 @@ Deno.test("fake apiserver: Secret stringData becomes base64 data, type defaults 
   assert.equal(bad.json.reason, "BadRequest");
 });
 
+Deno.test("fake apiserver: a Secret's stringData up to the real 1 MiB; labels, annotations and data only as string maps", async (t) => {
+  await using server = await startFakeApiServer();
+  const large = await raw(server, "POST", secrets, {
+    metadata: { name: "large" },
+    stringData: { k: "x".repeat(900_000) },
+  });
+  assert.equal(large.status, 201, JSON.stringify(large.json).slice(0, 200));
+  const configMaps = "/api/v1/namespaces/default/configmaps";
+  for (
+    const [name, object] of [
+      ["labels not an object", { metadata: { name: "a", labels: "oops" } }],
+      ["a label value not a string", { metadata: { name: "b", labels: { x: 5 } } }],
+      ["an annotation value not a string", { metadata: { name: "c", annotations: { x: {} } } }],
+      ["a data value not a string", { metadata: { name: "d" }, data: { a: 3 } }],
+      ["data not an object", { metadata: { name: "e" }, data: ["a"] }],
+    ] as const
+  ) {
+    await t.step(name, async () => {
+      const refused = await raw(server, "POST", configMaps, object);
+      assert.equal(refused.status, 400, JSON.stringify(refused.json));
+      assert.equal(refused.json.reason, "BadRequest");
+    });
+  }
+  await t.step('a label selector matches own labels only (not "constructor")', async () => {
+    assert.equal((await raw(server, "POST", configMaps, { metadata: { name: "plain" } })).status, 201);
+    const selected = await raw(server, "GET", `${configMaps}?labelSelector=constructor`);
+    assert.equal(selected.status, 200);
+    assert.deepEqual(selected.json.items, []);
+  });
+});
+
 Deno.test("fake apiserver: validation errors are 422 Invalid; a missing namespace is 404", async () => {
   await using server = await startFakeApiServer();
   const badName = await raw(server, "POST", secrets, { metadata: { name: "Bad_Name" } });
