@@ -377,13 +377,29 @@ function observedTransport(transport: Transport, onCall: (method: string) => voi
   };
 }
 
-/** `work`, or a "canceled" {@linkcode NodeExchangeError} as soon as `signal` aborts. */
+/** How long an aborted exchange gets to hand over what it holds (it was given the same signal). */
+const AFTER_ABORT_GRACE_MS = 2_000;
+
+/**
+ * `work`, or a "canceled" {@linkcode NodeExchangeError} once `signal`
+ * aborts, unless `work` then ends with a value within
+ * {@linkcode AFTER_ABORT_GRACE_MS}: the exchange ends at once on the same
+ * signal, and one that holds the node's kubeconfig (sent once, never again)
+ * returns it, as when a node keeps the stream open after its answer until
+ * `--init-timeout` or Ctrl-C.
+ */
 function untilAborted<T>(signal: AbortSignal, work: Promise<T>): Promise<T> {
-  if (signal.aborted) return Promise.reject(new NodeExchangeError("canceled", "canceled"));
+  const canceled = () => new NodeExchangeError("canceled", "canceled");
+  if (signal.aborted) return Promise.reject(canceled());
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new NodeExchangeError("canceled", "canceled"));
+    const onAbort = () => {
+      const grace = setTimeout(() => reject(canceled()), AFTER_ABORT_GRACE_MS);
+      work.then(resolve, () => reject(canceled())).finally(() => clearTimeout(grace));
+    };
     signal.addEventListener("abort", onAbort, { once: true });
-    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+    work.then(resolve, (error) => {
+      if (!signal.aborted) reject(error);
+    }).finally(() => signal.removeEventListener("abort", onAbort));
   });
 }
 

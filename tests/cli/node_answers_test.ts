@@ -68,7 +68,11 @@ async function operatorFiles(config: string) {
 }
 
 /** `cli init` of `node` with the files in `files`; resolves with what it printed and warned, or its error. */
-async function cliInit(node: string, files: Awaited<ReturnType<typeof operatorFiles>>) {
+async function cliInit(
+  node: string,
+  files: Awaited<ReturnType<typeof operatorFiles>>,
+  overrides: Partial<InitCommand> = {},
+) {
   const command: InitCommand = {
     node,
     attestationConfig: files.attestationConfig,
@@ -80,6 +84,7 @@ async function cliInit(node: string, files: Awaited<ReturnType<typeof operatorFi
     logsOut: `${files.dir}/init.log`,
     timeoutMs: 10_000,
     initTimeoutMs: 60_000,
+    ...overrides,
   };
   const printed: string[] = [];
   const warned: string[] = [];
@@ -217,6 +222,23 @@ Deno.test("cli init keeps the kubeconfig when the Init stream fails after init_s
     ),
     warned.join("\n"),
   );
+});
+
+Deno.test("cli init keeps the kubeconfig when the node holds the stream open after init_success until --init-timeout", async () => {
+  await using files = await operatorFiles(DUMMY_ATTESTATION_CONFIG);
+  const world = fakeInitDependencies();
+  const upstream = createClient(API, world.transport);
+  await using server = await serveNode(initRoutes(world, {
+    async *init(request, context) {
+      yield* upstream.init(request); // the node's genuine, sealed init_success
+      // Then nothing, until the client gives up.
+      await new Promise((resolve) => context.signal.addEventListener("abort", resolve, { once: true }));
+    },
+  }));
+  const { error, command, printed } = await cliInit(server.node, files, { initTimeoutMs: 1_000 });
+  assert.equal(error, undefined, error?.message);
+  assert.equal(await Deno.readTextFile(command.kubeconfigOut), FAKE_KUBECONFIG);
+  assert.ok(printed.includes("cluster initialized"), printed.join("\n"));
 });
 
 Deno.test("the node's own text reaches the CLI's error line with its control characters escaped", async (t) => {
