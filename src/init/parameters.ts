@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { quoted } from "../json/quoted.ts";
 import { parseCidr, parseIp } from "../net/ip.ts";
 
 /** An exact Kubernetes version, as kubeadm takes it without asking the internet: 1.30.2, v1.31.0-rc.1. */
@@ -83,8 +84,4 @@ function serviceCidrProblem(text: string): string | undefined {
     if (hostBits < MIN_SERVICE_HOST_BITS) return "is too small: it must hold at least 10 addresses";
   }
   return undefined;
-}
-
-function quoted(value: string): string {
-  return JSON.stringify(value.slice(0, 64));
 }

@@ -12,6 +12,7 @@
  * @module
  */
 import { isIP } from "node:net";
+import { quoted } from "../json/quoted.ts";
 import { ReasonError } from "../reason_error.ts";
 import { readLimited } from "../streams/read_limited.ts";
 import {
@@ -19,7 +20,6 @@ import {
   instanceFromJson,
   type InstanceMetadata,
   instancesFromJson,
-  quoted,
 } from "./instance.ts";
 
 /** The port the original appends to the `/endpoint` host. */

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { quoted } from "../json/quoted.ts";
 import { isIP } from "node:net";
 import { ReasonError } from "../reason_error.ts";
 
@@ -152,13 +153,4 @@ function describe(value: unknown): string {
   if (Array.isArray(value)) return "a list";
   if (typeof value === "object") return "an object";
   return `${typeof value} ${quoted(value, 40)}`;
-}
-
-/**
- * A value from the metadata server as JSON, cut to `max` characters: errors
- * quoting it are logged on every retry, and the server may send megabytes.
- */
-export function quoted(value: unknown, max = 64): string {
-  const text = JSON.stringify(value) ?? String(value);
-  return text.length > max ? text.slice(0, max) + "…" : text;
 }

@@ -1,3 +1,4 @@
+import { assertRejectsWithReason } from "../support/reason_error.ts";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { inClusterConfig } from "../../src/kubernetes/in_cluster.ts";
@@ -102,22 +103,16 @@ Deno.test("inClusterConfig: missing environment or mount gives clear errors", as
 Deno.test("inClusterConfig: a token file that is not one line of visible ASCII is refused without quoting it", async () => {
   const dir = await serviceAccountDir({ "ca.crt": ca.certPem, token: "SECRETPART1\nSECRETPART2\n" });
   try {
-    await assert.rejects(
+    await assertRejectsWithReason(
       inClusterConfig({
         env: podEnv({ KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" }),
         serviceAccountDir: dir,
       }),
-      (error: unknown) => {
-        assert.ok(error instanceof KubeconfigError, `expected KubeconfigError, got ${error}`);
-        assert.equal(error.reason, "malformed");
-        assert.equal(
-          error.message,
-          `service-account token file ${
-            join(dir, "token")
-          } does not hold a bearer token (one line of visible ASCII characters)`,
-        );
-        return true;
-      },
+      KubeconfigError,
+      "malformed",
+      `service-account token file ${
+        join(dir, "token")
+      } does not hold a bearer token (one line of visible ASCII characters)`,
     );
   } finally {
     await Deno.remove(dir, { recursive: true });
@@ -132,15 +127,12 @@ Deno.test("fileTokenSource: a file of two lines is refused without quoting it; a
     refreshMs: 1000,
     readTextFile: (path) => Promise.resolve(files.get(path)!),
   });
-  await assert.rejects(source.token(), (error: unknown) => {
-    assert.ok(error instanceof TokenFileError, `expected TokenFileError, got ${error}`);
-    assert.equal(error.reason, "malformed");
-    assert.equal(
-      error.message,
-      "reading bearer token file /token: token file /token does not hold a bearer token (one line of visible ASCII characters)",
-    );
-    return true;
-  });
+  await assertRejectsWithReason(
+    source.token(),
+    TokenFileError,
+    "malformed",
+    "reading bearer token file /token: token file /token does not hold a bearer token (one line of visible ASCII characters)",
+  );
   files.set("/token", "good\n");
   assert.equal(await source.token(), "good");
   files.set("/token", "half-written\u0000");

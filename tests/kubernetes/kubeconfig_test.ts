@@ -1,3 +1,4 @@
+import { assertRejectsWithReason } from "../support/reason_error.ts";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import process from "node:process";
@@ -49,17 +50,12 @@ async function resolve(document: Record<string, unknown>, baseDir = "/nonexisten
   });
 }
 
-async function assertKubeconfigError(
+function assertKubeconfigError(
   promise: Promise<unknown>,
   reason: KubeconfigError["reason"],
   message: string,
 ): Promise<void> {
-  await assert.rejects(promise, (error: unknown) => {
-    assert.ok(error instanceof KubeconfigError, `expected KubeconfigError, got ${error}`);
-    assert.equal(error.message, message);
-    assert.equal(error.reason, reason);
-    return true;
-  });
+  return assertRejectsWithReason(promise, KubeconfigError, reason, message);
 }
 
 Deno.test("kubeconfig: *-data fields resolve to server, CA, client certificate and key", async () => {
@@ -412,19 +408,12 @@ Deno.test("kubeconfig: a token that is not one line of visible ASCII is refused 
           adminConf({ users: [{ name: "kubernetes-admin", user: { token } }] }),
         ),
       };
-      await assert.rejects(
+      await assertKubeconfigError(
         loadKubeconfig("/etc/kubernetes/admin.conf", {
           readTextFile: (path) => Promise.resolve(files[path]),
         }),
-        (error: unknown) => {
-          assert.ok(error instanceof KubeconfigError, `expected KubeconfigError, got ${error}`);
-          assert.equal(error.reason, "malformed");
-          assert.equal(
-            error.message,
-            '/etc/kubernetes/admin.conf: token of user "kubernetes-admin" is not a bearer token (one line of visible ASCII characters)',
-          );
-          return true;
-        },
+        "malformed",
+        '/etc/kubernetes/admin.conf: token of user "kubernetes-admin" is not a bearer token (one line of visible ASCII characters)',
       );
     });
     await t.step(`tokenFile, ${name}`, async () => {
