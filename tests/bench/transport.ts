@@ -9,11 +9,17 @@
  *    from connect-node clients (the server's from /proc: with the client in
  *    this process, calls/s measures the client as much as the server);
  * 3. the key service client's per-call latency, one connection per call (as
- *    it was) against one reused connection (as it is).
+ *    it was) against one reused connection (as it is);
+ * 4. the HTTP stack over TLS: the server's CPU time per call of `serveRpc`
+ *    (node:http2, gRPC) against `Deno.serve` (hyper) with Connect's fetch
+ *    handler (Connect protocol) and against `Deno.serve` answering fixed
+ *    bytes (the HTTP stack alone), from raw `node:http2` clients.
  *
  * @module
  */
+import * as http2 from "node:http2";
 import { create, toBinary } from "@bufbuild/protobuf";
+import { concatBytes } from "../../src/bytes/concat.ts";
 import { createClient } from "@connectrpc/connect";
 import { API, GetDataKeyRequestSchema } from "../../src/gen/kms/kms_pb.ts";
 import { connectRpc } from "../../src/rpc/client.ts";
@@ -22,18 +28,28 @@ import { type RunningService, startService } from "../../src/os/service_process.
 import { REPO_ROOT } from "../keyservice/key_service_process.ts";
 import { percentile } from "./stats.ts";
 import { processCpuSeconds } from "../support/process_stats.ts";
+import { createTestCa, issueLoopbackServerCert, type TestCert } from "../support/pki.ts";
+import { GrpcUnaryClient } from "./grpc_unary_client.ts";
+import { grpcMessage } from "../support/h2_frames.ts";
 
 type Mode = "baseline" | "hardened";
+type StackMode = "hardened" | "deno-serve" | "deno-serve-bytes";
 const MODES: Mode[] = ["baseline", "hardened"];
 
-function startServer(mode: Mode): Promise<RunningService> {
+/** Starts `transport_server.ts` in `mode`, serving TLS with `tls` when given. */
+function startServer(mode: Mode | StackMode, tls?: TestCert): Promise<RunningService> {
   return startService("deno", [
     "run",
     "--allow-net=127.0.0.1",
+    "--allow-env=BENCH_TLS_CERT,BENCH_TLS_KEY",
     "--no-prompt",
     "tests/bench/transport_server.ts",
     mode,
-  ], { readyMatch: /^\{"port":(\d+)\}$/, cwd: REPO_ROOT });
+  ], {
+    readyMatch: /^\{"port":(\d+)\}$/,
+    cwd: REPO_ROOT,
+    env: tls ? { BENCH_TLS_CERT: tls.certPem, BENCH_TLS_KEY: tls.keyPem } : {},
+  });
 }
 
 const message = toBinary(
@@ -176,4 +192,89 @@ console.log("client                      p50 ms  p99 ms  mean ms  vs per-call co
     );
   }
   await server.stop();
+}
+
+// 4. The HTTP stack over TLS, each server's CPU time per call; raw node:http2 clients in this process.
+const STACK_CALLS = 4000;
+console.log(
+  `\n4. the HTTP stack over TLS, GetDataKey, ${STACK_CALLS} calls per row (raw node:http2 clients)`,
+);
+console.log("connections  in flight  server             protocol  calls/s  server CPU ms/call  vs serveRpc");
+{
+  const ca = await createTestCa();
+  const tls = await issueLoopbackServerCert(ca);
+  const path = "/kms.API/GetDataKey";
+  const stacks: [StackMode, string][] = [
+    ["hardened", "gRPC"],
+    ["deno-serve", "Connect"],
+    ["deno-serve-bytes", "bytes"],
+  ];
+  for (const [connections, concurrency] of [[1, 16], [8, 64]]) {
+    let serveRpcCpu = NaN;
+    for (const [mode, protocol] of stacks) {
+      const server = await startServer(mode, tls);
+      const url = `https://127.0.0.1:${server.port}`;
+      const sessions = Array.from({ length: connections }, () => {
+        if (mode === "hardened") {
+          const client = new GrpcUnaryClient(url, ca.certPem, 30_000);
+          return { call: () => client.call(path, grpcMessage(message)), close: () => client.close() };
+        }
+        const session = http2.connect(url, { ca: ca.certPem });
+        session.on("error", () => {});
+        return { call: () => connectUnaryCall(session, path, message), close: () => session.close() };
+      });
+      let next = 0;
+      const run = (calls: number) => {
+        next = 0;
+        return Promise.all(Array.from({ length: concurrency }, async (_, i) => {
+          while (next++ < calls) await sessions[i % connections].call();
+        }));
+      };
+      await run(500); // warm-up
+      const cpuBefore = await processCpuSeconds(server.pid);
+      const start = performance.now();
+      await run(STACK_CALLS);
+      const perSecond = STACK_CALLS / ((performance.now() - start) / 1000);
+      const cpuPerCall = (await processCpuSeconds(server.pid) - cpuBefore) * 1000 / STACK_CALLS;
+      if (mode === "hardened") serveRpcCpu = cpuPerCall;
+      console.log(
+        `${String(connections).padStart(11)}  ${String(concurrency).padStart(9)}  ${mode.padEnd(17)}  ${
+          protocol.padEnd(8)
+        }  ${perSecond.toFixed(0).padStart(7)}  ${cpuPerCall.toFixed(3).padStart(18)}  ${
+          (cpuPerCall / serveRpcCpu).toFixed(2).padStart(11)
+        }`,
+      );
+      for (const session of sessions) session.close();
+      await server.stop();
+    }
+  }
+}
+
+/** One Connect-protocol unary call of `message` to `path` on `session`; resolves to the answer's bytes. */
+function connectUnaryCall(
+  session: http2.ClientHttp2Session,
+  path: string,
+  body: Uint8Array,
+): Promise<Uint8Array> {
+  return new Promise((resolve, reject) => {
+    const stream = session.request({
+      ":method": "POST",
+      ":path": path,
+      "content-type": "application/proto",
+      "connect-protocol-version": "1",
+      "connect-timeout-ms": "30000",
+    });
+    let status = 0;
+    const chunks: Uint8Array[] = [];
+    stream.on("response", (headers) => status = Number(headers[":status"]));
+    stream.on("data", (chunk: Uint8Array) => chunks.push(chunk));
+    stream.on("error", reject);
+    stream.on("close", () => {
+      const answer = concatBytes(...chunks);
+      if (status !== 200 || answer.byteLength === 0) {
+        reject(new Error(`HTTP ${status}, ${answer.byteLength} bytes`));
+      } else resolve(answer);
+    });
+    stream.end(body);
+  });
 }
