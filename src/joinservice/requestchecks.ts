@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { escapeControlCharacters } from "../json/escape_control.ts";
 import type { IssueJoinTicketRequest } from "../gen/join/join_pb.ts";
 import type { Rejection } from "../rpc/rejection.ts";
 import { reject } from "./rejections.ts";
@@ -74,10 +75,9 @@ export function checkJoinRequest(request: IssueJoinTicketRequest): void {
   }
 }
 
-/** A request field made safe for logs and messages: bounded length, no control characters. */
+/** A request field made safe for logs and messages: its first 80 characters, control characters escaped. */
 export function printable(value: string): string {
-  // deno-lint-ignore no-control-regex
-  return value.slice(0, 80).replace(/[\u0000-\u001f\u007f]/g, "?");
+  return escapeControlCharacters(value.slice(0, 80));
 }
 
 function malformed(message: string): Rejection {
