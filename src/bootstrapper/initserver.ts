@@ -116,6 +116,10 @@ export interface InitSecretHash {
   initSecretHash(options?: SignalOptions): Promise<string>;
 }
 
+/** Why an Init is refused on a node a join has locked. */
+const JOIN_TOOK_THE_LOCK =
+  "node is already being activated: it is joining an existing cluster (a join took the node lock)";
+
 /** The node lock (helper O's `NodeLock`). */
 export interface InitNodeLock {
   /**
@@ -123,6 +127,8 @@ export interface InitNodeLock {
    * `onTaken` is called synchronously when this caller takes the lock, before marking.
    */
   tryLock(clusterId: Uint8Array, options?: SignalOptions & { onTaken?: () => void }): Promise<boolean>;
+  /** "none" until some caller took the lock, "taken" from then on. */
+  readonly holder: "none" | "taken";
 }
 
 /** The state disk (helper O's `LuksStateDisk`). */
@@ -622,10 +628,7 @@ export class InitServer {
       case "initialized":
         throw rejectInit("already-initialized", "this node is already initialized");
       case "taken":
-        throw rejectInit(
-          "already-activated",
-          "node is already being activated: it is joining an existing cluster (a join took the node lock)",
-        );
+        throw rejectInit("already-activated", JOIN_TOOK_THE_LOCK);
       case "failed":
         throw rejectInit(
           "failed-after-lock",
@@ -709,6 +712,8 @@ export class InitServer {
    */
   async #lock(clusterId: Uint8Array): Promise<boolean> {
     if (this.#stopping) {
+      // The server also stops when a join took the lock: an Init then learns that the node is joining.
+      if (this.#deps.lock.holder === "taken") this.#refuseTakenByJoin();
       throw rejectInit("shutting-down", "the node's bootstrapper is stopping; retry once it is back");
     }
     let won: boolean;
@@ -723,16 +728,16 @@ export class InitServer {
       this.#phase = "failed";
       throw rejectInit("lock-failed", `locking node: ${(error as Error).message}`, { cause: error });
     }
-    if (!won) {
-      this.#phase = "taken";
-      this.#deps.logger.warn("Init refused: a join took the node lock");
-      throw rejectInit(
-        "already-activated",
-        "node is already being activated: it is joining an existing cluster (a join took the node lock)",
-      );
-    }
+    if (!won) this.#refuseTakenByJoin();
     this.#deps.logger.info("node locked to the cluster");
     return true;
+  }
+
+  /** Refuses the Init that found the lock taken by a join; no Init can run on this node from now on. */
+  #refuseTakenByJoin(): never {
+    this.#phase = "taken";
+    this.#deps.logger.warn("Init refused: a join took the node lock");
+    throw rejectInit("already-activated", JOIN_TOOK_THE_LOCK);
   }
 
   /** Tells the bootstrapper this side took the node lock. */

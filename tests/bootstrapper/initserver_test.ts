@@ -178,6 +178,7 @@ Deno.test("init server", async (t) => {
           options?.onTaken?.();
           return Promise.reject(new Error("tpm2_pcrevent: exit status 1"));
         },
+        holder: "none",
       },
     });
     const error = await refused(w);
@@ -309,6 +310,18 @@ Deno.test("init server", async (t) => {
       assert.match(error.serverMessage!, /stopping; retry once it is back/);
       assert.deepEqual(w.calls, [], "no lock, no disk, no kubeadm");
       assert.equal(w.server.phase, "idle");
+    },
+  );
+
+  await t.step(
+    "an Init reaching the lock once a join took it and the server began stopping: told the node is joining",
+    async () => {
+      const w = world({ lockTakenByJoin: true });
+      w.server.stopAccepting();
+      const error = await refused(w);
+      assert.equal(error.code, Code.FailedPrecondition);
+      assert.match(error.serverMessage!, /joining an existing cluster/);
+      assert.equal(w.server.phase, "taken");
     },
   );
 

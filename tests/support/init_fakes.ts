@@ -140,6 +140,9 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
         lockOptions?.onTaken?.();
         return Promise.resolve(true);
       },
+      get holder() {
+        return locked ? "taken" : "none";
+      },
     },
     onLocked: () => calls.push("onLocked"),
     disk: {
