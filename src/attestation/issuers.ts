@@ -21,13 +21,15 @@ export interface IssuerOptions {
   tcti?: string;
   /** Aborts creating the issuer (a TPM issuer prepares its attestation key). */
   signal?: AbortSignal;
+  /** A TPM issuer's working directory's parent, this process's own (see `TpmIssuerOptions.tempDir`). */
+  tempDir?: string;
 }
 
 type IssuerFactory = (options: IssuerOptions) => Promise<Issuer>;
 
 const issuers: ReadonlyMap<string, IssuerFactory> = new Map<string, IssuerFactory>([
   [DUMMY_VARIANT, ({ logger }) => Promise.resolve(new DummyIssuer(logger))],
-  [QEMU_VTPM_VARIANT, ({ tcti, logger, signal }) => TpmIssuer.create({ tcti, logger, signal })],
+  [QEMU_VTPM_VARIANT, (options) => TpmIssuer.create(options)],
 ]);
 
 /**

@@ -167,7 +167,12 @@ async function prepare(
   // Reads PCR 15 once now, so an unreachable TPM stops the process before it listens.
   await binding.isBound({ signal });
 
-  const issuer = await createIssuer(flags.attestationVariant, { tcti: tpm?.tcti, logger, signal });
+  const issuer = await createIssuer(flags.attestationVariant, {
+    tcti: tpm?.tcti,
+    logger,
+    signal,
+    tempDir: paths.tmpDir,
+  });
   try {
     return await prepareWithIssuer(flags, paths, logger, signal, { marker, binding, issuer });
   } catch (error) {

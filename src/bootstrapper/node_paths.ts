@@ -29,7 +29,7 @@ export interface NodePaths {
   binDir: string;
   /** `<root>/opt/cni/bin`: CNI plugins. */
   cniBinDir: string;
-  /** `<root>/tmp`: kubeadm configuration files, removed after use. */
+  /** `<root>/tmp`: kubeadm configuration files, removed after use, and the TPM issuer's working directory. */
   tmpDir: string;
   /** `<root>/var/log/bootstrapper.log`: the log source when there is no journal. */
   bootstrapperLog: string;

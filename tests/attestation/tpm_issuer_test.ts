@@ -158,6 +158,35 @@ Deno.test("tpm issuer: keys live in a private temporary directory removed by clo
   }
 });
 
+Deno.test("tpm issuer: working directories a killed issuer left in its tempDir are removed at creation", async () => {
+  const swtpm = await startSwtpm();
+  const tmp = await Deno.makeTempDir({ prefix: "tpm-issuer-tmp-" });
+  let issuer: TpmIssuer | undefined;
+  try {
+    await Deno.mkdir(`${tmp}/qemu-vtpm-issuer-0123456789abcdef`);
+    await Deno.writeTextFile(`${tmp}/qemu-vtpm-issuer-0123456789abcdef/ak.ctx`, "left by a killed process");
+    await Deno.writeTextFile(`${tmp}/qemu-vtpm-issuer-file`, "not a directory: kept");
+    await Deno.mkdir(`${tmp}/kubeadm-other`);
+    issuer = await TpmIssuer.create({ tcti: swtpm.tcti, logger: silentLogger, tempDir: `${tmp}/tmp` });
+    const second = await TpmIssuer.create({ tcti: swtpm.tcti, logger: silentLogger, tempDir: tmp });
+    const names = (await Array.fromAsync(Deno.readDir(tmp), (entry) => entry.name)).sort();
+    assert.equal(names.length, 4, names.join(", "));
+    assert.deepEqual(names.filter((name) => !/^qemu-vtpm-issuer-[0-9a-f]+$/.test(name)), [
+      "kubeadm-other",
+      "qemu-vtpm-issuer-file",
+      "tmp",
+    ]);
+    assert.ok(!names.includes("qemu-vtpm-issuer-0123456789abcdef"));
+    // A missing tempDir is created; the issuer in it works.
+    await issuer.issue(randomReportData());
+    await second.close();
+  } finally {
+    await issuer?.close();
+    await Deno.remove(tmp, { recursive: true });
+    await swtpm.stop();
+  }
+});
+
 Deno.test("tpm issuer: 200 consecutive quotes through one issuer never exhaust object slots", async () => {
   const swtpm = await startSwtpm();
   const issuer = await TpmIssuer.create({ tcti: swtpm.tcti, logger: silentLogger, eventLogPath: null });

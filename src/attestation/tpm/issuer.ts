@@ -111,9 +111,17 @@ export interface TpmIssuerOptions {
    * would still push past that limit. Default: none (undefined or null).
    */
   eventLogPath?: string | null;
-  /** Parent directory of the issuer's private key directory; default the system's temp directory. */
+  /**
+   * Parent directory of the issuer's private working directory (key context, quote files); default the
+   * system's temp directory. When given, it is taken to be this process's own: working directories that an
+   * earlier issuer there left behind (its process was killed before {@linkcode TpmIssuer.close}) are removed
+   * at creation.
+   */
   tempDir?: string;
 }
+
+/** Prefix of an issuer's working directory's name. */
+const WORK_DIR_PREFIX = "qemu-vtpm-issuer-";
 
 /** `tpm2_createprimary -G` per key algorithm: key type, signing scheme, no symmetric algorithm. */
 const AK_KEY_TYPES = {
@@ -174,7 +182,8 @@ export class TpmIssuer implements Issuer {
     const algorithm = options.keyAlgorithm ?? "ecc";
     const logger = options.logger.with({ variant: QEMU_VTPM_VARIANT });
     const signal = options.signal;
-    const dir = await Deno.makeTempDir({ prefix: "qemu-vtpm-issuer-", dir: options.tempDir });
+    if (options.tempDir !== undefined) await removeEarlierWorkDirs(options.tempDir, logger);
+    const dir = await Deno.makeTempDir({ prefix: WORK_DIR_PREFIX, dir: options.tempDir });
     try {
       await Deno.chmod(dir, 0o700);
       const path = (name: string) => `${dir}/${name}`;
@@ -367,5 +376,15 @@ async function unavailableOnFailure<T>(step: string, task: () => Promise<T>): Pr
       throw new AttestationError("unavailable", `${step} failed: ${error.message}`);
     }
     throw error;
+  }
+}
+
+/** Creates `tempDir` if missing and removes the working directories earlier issuers left in it. */
+async function removeEarlierWorkDirs(tempDir: string, logger: Logger): Promise<void> {
+  await Deno.mkdir(tempDir, { recursive: true, mode: 0o700 });
+  for await (const entry of Deno.readDir(tempDir)) {
+    if (!entry.isDirectory || !entry.name.startsWith(WORK_DIR_PREFIX)) continue;
+    await Deno.remove(`${tempDir}/${entry.name}`, { recursive: true });
+    logger.info("removed an earlier issuer's working directory", { directory: entry.name });
   }
 }
