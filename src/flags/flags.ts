@@ -134,19 +134,31 @@ export function parseSeconds(value: string, flag: string): number {
   return ms;
 }
 
-/** Parses a positive whole number (e.g. a count). */
+/**
+ * The largest count a flag takes: 2³² − 1, the range of HTTP/2's settings
+ * (a larger `--max-streams-per-connection` made node:http2 throw on the first
+ * connection), and far beyond any count a process can hold.
+ */
+export const MAX_COUNT = 2 ** 32 - 1;
+
+/** Parses a positive whole number (e.g. a count), at most {@linkcode MAX_COUNT}. */
 export function parseCount(value: string, flag: string): number {
   const number = parsePositive(value, flag);
   if (!Number.isInteger(number)) throw new UsageError(`invalid ${flag} "${value}": want a whole number`);
-  return number;
+  return atMostMaxCount(number, value, flag);
 }
 
-/** Parses a whole number, 0 or more (e.g. a count that may be none). */
+/** Parses a whole number, 0 or more (e.g. a count that may be none), at most {@linkcode MAX_COUNT}. */
 export function parseWholeNumber(value: string, flag: string): number {
   if (!/^\d+$/.test(value)) {
     throw new UsageError(`invalid ${flag} "${value}": want a whole number, 0 or more`);
   }
-  return Number(value);
+  return atMostMaxCount(Number(value), value, flag);
+}
+
+function atMostMaxCount(number: number, value: string, flag: string): number {
+  if (number > MAX_COUNT) throw new UsageError(`invalid ${flag} "${value}": at most ${MAX_COUNT}`);
+  return number;
 }
 
 /**

@@ -83,6 +83,14 @@ Deno.test("connection-limit flags reject what is not a positive number (or, wait
       args: ["--max-calls-waiting=lots"],
       message: 'invalid --max-calls-waiting "lots": want a whole number, 0 or more',
     },
+    {
+      args: ["--max-streams-per-connection=99999999999"],
+      message: 'invalid --max-streams-per-connection "99999999999": at most 4294967295',
+    },
+    {
+      args: ["--max-calls-waiting=4294967296"],
+      message: 'invalid --max-calls-waiting "4294967296": at most 4294967295',
+    },
     { args: ["--handshake-timeout=0"], message: 'invalid --handshake-timeout "0": want a positive number' },
     {
       args: ["--handshake-timeout=ten"],
