@@ -31,7 +31,12 @@
  */
 import { createHash } from "node:crypto";
 import type { Component } from "../gen/components/components_pb.ts";
-import { isComponentHash, isComponentInstallPath, isComponentUrl } from "../joinservice/components.ts";
+import {
+  COMPONENT_INSTALL_PATH_RULE,
+  isComponentHash,
+  isComponentInstallPath,
+  isComponentUrl,
+} from "../joinservice/components.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
 import { errorFields, systemTimers, type Timers } from "./retry.ts";
@@ -147,14 +152,12 @@ export class ComponentInstaller {
     this.#logger.info("installed kubernetes component", { url, installPath: component.installPath });
   }
 
-  /** The install path under the root; absolute, without `..`. */
+  /** The install path under the root ({@linkcode isComponentInstallPath}). */
   #placed(installPath: string, fail: (reason: ComponentFailure, why: string) => never): string {
     if (!isComponentInstallPath(installPath)) {
       fail(
         "invalid-component",
-        `install path ${
-          JSON.stringify(installPath)
-        } is not an absolute path other than the root without ".."`,
+        `install path ${JSON.stringify(installPath)} is not ${COMPONENT_INSTALL_PATH_RULE}`,
       );
     }
     return this.#root + installPath.replace(/\/+$/, "");

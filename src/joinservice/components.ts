@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { hasControlCharacters } from "../json/escape_control.ts";
 import { primitives } from "../crypto/primitives.ts";
 import { SharedLoad } from "../async/shared_load.ts";
 import type { Clock } from "../clock.ts";
@@ -55,14 +56,28 @@ export function isComponentHash(hash: string): boolean {
   return HASH_PATTERN.test(hash);
 }
 
+/** Linux's NAME_MAX and PATH_MAX (the latter counts the terminating NUL). */
+const MAX_FILE_NAME_BYTES = 255;
+const MAX_PATH_BYTES = 4096;
+const utf8 = new TextEncoder();
+
+/** What {@linkcode isComponentInstallPath} accepts, for messages. */
+export const COMPONENT_INSTALL_PATH_RULE =
+  `an absolute path other than "/", without "..", control characters or a name over ${MAX_FILE_NAME_BYTES} bytes`;
+
 /**
  * Whether a node installs a component at `installPath`: an absolute path,
  * not the root itself (`/`, `/.`, `//`), without a `..` element (the
- * bootstrapper's installer places it under the node's root).
+ * bootstrapper's installer places it under the node's root), and one the
+ * node's file system takes: no control character (a NUL failed the install
+ * only after the node lock) and no name longer than Linux allows.
  */
 export function isComponentInstallPath(installPath: string): boolean {
   const parts = installPath.split("/").filter((part) => part !== "" && part !== ".");
-  return installPath.startsWith("/") && parts.length > 0 && !parts.includes("..");
+  return installPath.startsWith("/") && parts.length > 0 && !parts.includes("..") &&
+    !hasControlCharacters(installPath) &&
+    parts.every((part) => utf8.encode(part).length <= MAX_FILE_NAME_BYTES) &&
+    utf8.encode(installPath).length < MAX_PATH_BYTES;
 }
 
 /** Whether a node can download a component from `url`: https, http (the hash protects it) or data. */
@@ -125,9 +140,7 @@ function parseComponent(item: unknown, index: number): KubernetesComponent {
   }
   if (!isComponentInstallPath(component.installPath)) {
     fail(
-      `"InstallPath" must be an absolute path other than "/" without "..", got ${
-        JSON.stringify(component.installPath)
-      }`,
+      `"InstallPath" must be ${COMPONENT_INSTALL_PATH_RULE}, got ${JSON.stringify(component.installPath)}`,
     );
   }
   return component;

@@ -16,3 +16,9 @@ const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f-\u009f]/g;
 export function escapeControlCharacters(text: string): string {
   return text.replace(CONTROL_CHARACTERS, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
+
+/** Whether `text` holds a control character (C0, DEL, C1). */
+export function hasControlCharacters(text: string): boolean {
+  CONTROL_CHARACTERS.lastIndex = 0;
+  return CONTROL_CHARACTERS.test(text);
+}

@@ -92,7 +92,7 @@ Deno.test("malformed components give errors naming the component and field", () 
     [item({ Hash: undefined }), `component 0: "Hash" must be sha256:<64 lower-case hex digits>, got ""`],
     [
       item({ InstallPath: "bin/x" }),
-      `component 0: "InstallPath" must be an absolute path other than "/" without "..", got "bin/x"`,
+      `component 0: "InstallPath" must be an absolute path other than "/", without "..", control characters or a name over 255 bytes, got "bin/x"`,
     ],
     // What the nodes' installer refuses (after their node lock) is refused here too.
     [item({ URL: "ftp://x/kubelet" }), `component 0: "URL" must be an https, http or data URL`],
@@ -102,7 +102,32 @@ Deno.test("malformed components give errors naming the component and field", () 
     [item({ InstallPath: "//" }), `component 0: "InstallPath" must be an absolute path other than "/"`],
     [
       item({ InstallPath: "/run/../../etc/cron.d/x" }),
-      `component 0: "InstallPath" must be an absolute path other than "/" without "..", got "/run/../../etc/cron.d/x"`,
+      `component 0: "InstallPath" must be an absolute path other than "/", without "..", control characters or a name over 255 bytes, got "/run/../../etc/cron.d/x"`,
+    ],
+    // What the node's file system refuses (a NUL failed the copy after the node lock).
+    [
+      item({ InstallPath: "/opt/cni/\u0000x" }),
+      `component 0: "InstallPath" must be an absolute path other than "/", without "..", control characters or a name over 255 bytes, got "/opt/cni/\\u0000x"`,
+    ],
+    [
+      item({ InstallPath: "/opt/\nx" }),
+      `component 0: "InstallPath" must be an absolute path other than "/", without "..", control characters`,
+    ],
+    [
+      item({ InstallPath: "/opt/\u009bx" }),
+      `component 0: "InstallPath" must be an absolute path other than "/", without "..", control characters`,
+    ],
+    [
+      item({ InstallPath: `/opt/${"n".repeat(256)}` }),
+      `component 0: "InstallPath" must be an absolute path other than "/", without "..", control characters`,
+    ],
+    [
+      item({ InstallPath: `/opt/${"é".repeat(128)}` }),
+      `component 0: "InstallPath" must be an absolute path other than "/", without "..", control characters`,
+    ],
+    [
+      item({ InstallPath: `/${"a/".repeat(2048)}` }),
+      `component 0: "InstallPath" must be an absolute path other than "/", without "..", control characters`,
     ],
     [
       JSON.stringify([JSON.parse(item({}))[0], { URL: "https://y", Hash: "nope", InstallPath: "/y" }]),
@@ -115,6 +140,10 @@ Deno.test("malformed components give errors naming the component and field", () 
       assert.ok(error.message.startsWith(message), `${json}: ${error.message}`);
       return true;
     });
+  }
+  // The longest a name may be, and a deep path within PATH_MAX: accepted.
+  for (const installPath of [`/opt/${"n".repeat(255)}`, `/${"a/".repeat(2000)}x`]) {
+    assert.equal(parseComponents(item({ InstallPath: installPath }))[0].installPath, installPath);
   }
   // A ConfigMap's data as the API answered it, typed but unchecked: not a string.
   for (const value of [5, null, ["x"]]) {
