@@ -4,9 +4,10 @@
  *
  *  1. **download** to a temporary file in `tmpDir` (mode 0600), hashing
  *     while writing, at most `maxDownloadBytes`; a failure (network error,
- *     status other than 200, short body) is retried at most `attempts`
- *     times with exponential backoff (1 s, 2 s, 4 s, ... capped at 30 s),
- *     never in a hot loop;
+ *     status other than 200, short body) is retried with exponential backoff
+ *     (1 s, 2 s, 4 s, ... capped at 30 s), never in a hot loop, until the
+ *     caller's signal ends it (the init's or join's deadline; the original
+ *     retried as long as its caller's context lived) or `attempts` ran out;
  *  2. **verify** `sha256:<lower-case hex>` before anything is installed; a
  *     mismatch is not retried;
  *  3. **install**: `extract == false` copies the file to `install_path`
@@ -74,7 +75,7 @@ export interface ComponentInstallerOptions {
   root?: string;
   /** Directory of the temporary downloads (e.g. `<root>/tmp`). */
   tmpDir: string;
-  /** Download attempts per component; default 5. */
+  /** Download attempts per component; default unlimited: until the caller's signal aborts. */
   attempts?: number;
   /** First backoff; default 1 s (doubling, capped at `maxBackoffMs`). */
   initialBackoffMs?: number;
@@ -170,7 +171,7 @@ export class ComponentInstaller {
     fail: (reason: ComponentFailure, why: string, cause?: unknown) => never,
     signal: AbortSignal | undefined,
   ): Promise<{ path: string; sha256: string }> {
-    const attempts = this.#options.attempts ?? 5;
+    const attempts = this.#options.attempts ?? Infinity;
     let backoff = this.#options.initialBackoffMs ?? 1000;
     for (let attempt = 1;; attempt++) {
       signal?.throwIfAborted();

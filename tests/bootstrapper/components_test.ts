@@ -300,6 +300,31 @@ Deno.test("component installation", async (t) => {
       },
     },
     {
+      name: "by default a failing server is retried until the caller's deadline, backoff capped at 30 s",
+      run: async ({ root, tmpDir }) => {
+        const deadline = new AbortController();
+        const backoffs: number[] = [];
+        const timers = {
+          sleep: (ms: number, options?: { signal?: AbortSignal }) => {
+            if (ms === DEFAULT_IDLE_TIMEOUT_MS) return sleep(ms, options?.signal);
+            backoffs.push(ms);
+            if (backoffs.length === 9) deadline.abort(new Error("joining: no answer within 900000 ms"));
+            return Promise.resolve();
+          },
+        };
+        const installer = new ComponentInstaller({ timers, logger: recordingLogger().logger }, {
+          root,
+          tmpDir,
+        });
+        const error = await installer.installOne(
+          component(down.url("/kubelet"), await sha256(binary), "/run/state/bin/kubelet", false),
+          { signal: deadline.signal },
+        ).then(() => assert.fail("installed"), (e) => e);
+        assert.match(String(error), /joining: no answer within 900000 ms/);
+        assert.deepEqual(backoffs, [1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000]);
+      },
+    },
+    {
       name: "an abort while the archive is checked stops the check at once",
       run: async ({ root, tmpDir }) => {
         // The archive's last entry is unsafe: a check pass that read on would end "unsafe-archive".
