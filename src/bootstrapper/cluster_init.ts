@@ -217,7 +217,9 @@ export class KubeadmClusterInitializer implements ClusterInitializer {
       logger: this.#logger,
     };
     const ns = KUBE_SYSTEM_NAMESPACE;
-    // The first call also waits for the API server to come up.
+    // Every call waits out an API server that is starting (the first) or briefly unavailable (a 5xx or a
+    // dropped connection past the lock would otherwise end the init). Each is idempotent: create, else
+    // compare and replace; the custom resource is applied.
     await untilAnswered(wait, signal, () =>
       ensure<Secret>({
         what: `Secret ${ns}/${MASTER_SECRET_NAME}`,
@@ -237,14 +239,15 @@ export class KubeadmClusterInitializer implements ClusterInitializer {
         update: (o) => client.updateSecret(ns, o, { signal }),
       }));
     const configMap = (name: string, desired: ConfigMap, mutable = true) =>
-      ensure<ConfigMap>({
-        what: `ConfigMap ${ns}/${name}`,
-        desired,
-        same: (a, b) => sameRecord(a.data, b.data) && sameRecord(a.binaryData, b.binaryData),
-        get: () => client.getConfigMap(ns, name, { signal }),
-        create: (o) => client.createConfigMap(ns, o, { signal }),
-        update: mutable ? (o) => client.updateConfigMap(ns, o, { signal }) : undefined,
-      });
+      untilAnswered(wait, signal, () =>
+        ensure<ConfigMap>({
+          what: `ConfigMap ${ns}/${name}`,
+          desired,
+          same: (a, b) => sameRecord(a.data, b.data) && sameRecord(a.binaryData, b.binaryData),
+          get: () => client.getConfigMap(ns, name, { signal }),
+          create: (o) => client.createConfigMap(ns, o, { signal }),
+          update: mutable ? (o) => client.updateConfigMap(ns, o, { signal }) : undefined,
+        }));
     await configMap(JOIN_CONFIG_NAME, {
       apiVersion: "v1",
       kind: "ConfigMap",
@@ -263,15 +266,16 @@ export class KubeadmClusterInitializer implements ClusterInitializer {
         "cluster-version": params.kubernetesVersion,
       },
     }, false);
-    await client.applyCustomResource(NODE_VERSIONS, {
-      apiVersion: `${NODE_VERSIONS.group}/${NODE_VERSIONS.version}`,
-      kind: "NodeVersion",
-      metadata: { name: NODE_VERSION_NAME },
-      spec: {
-        kubernetesComponentsReference: componentsName,
-        kubernetesClusterVersion: params.kubernetesVersion,
-      },
-    }, { signal, fieldManager: FIELD_MANAGER, force: true });
+    await untilAnswered(wait, signal, () =>
+      client.applyCustomResource(NODE_VERSIONS, {
+        apiVersion: `${NODE_VERSIONS.group}/${NODE_VERSIONS.version}`,
+        kind: "NodeVersion",
+        metadata: { name: NODE_VERSION_NAME },
+        spec: {
+          kubernetesComponentsReference: componentsName,
+          kubernetesClusterVersion: params.kubernetesVersion,
+        },
+      }, { signal, fieldManager: FIELD_MANAGER, force: true }));
     await configMap(INTERNAL_CONFIG_NAME, {
       apiVersion: "v1",
       kind: "ConfigMap",
@@ -321,8 +325,8 @@ function sameRecord(a: Record<string, string> | undefined, b: Record<string, str
 }
 
 /**
- * Repeats `call` while it fails retryably (API server starting), for up to `waitMs`, logging each failure:
- * a node that waits minutes for its API server says why.
+ * Repeats `call` while it fails retryably (API server starting or briefly unavailable), for up to `waitMs`,
+ * logging each failure: a node that waits minutes for its API server says why.
  */
 function untilAnswered<T>(
   wait: { waitMs: number; pollMs: number; logger: Logger },

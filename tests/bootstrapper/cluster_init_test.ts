@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parseAttestationConfig } from "../../src/attestation/config.ts";
-import { KubeadmClusterInitializer } from "../../src/bootstrapper/cluster_init.ts";
+import {
+  KubeadmClusterInitializer,
+  type KubeadmClusterInitializerOptions,
+} from "../../src/bootstrapper/cluster_init.ts";
 import type { KubeadmInitConfig } from "../../src/bootstrapper/kubeadm_config.ts";
 import type { ClusterInitParameters } from "../../src/bootstrapper/initserver.ts";
 import { systemClock } from "../../src/clock.ts";
@@ -42,7 +45,12 @@ function parameters(overrides: Partial<ClusterInitParameters> = {}): ClusterInit
 /** An initializer whose fake kubeadm writes an admin.conf for `server` into a temp root. */
 async function setup(
   server: FakeApiServer,
-  options: { kubeadmFails?: boolean; adminConfServer?: string; apiServer?: string } = {},
+  options: {
+    kubeadmFails?: boolean;
+    adminConfServer?: string;
+    apiServer?: string;
+    connect?: KubeadmClusterInitializerOptions["connect"];
+  } = {},
 ) {
   const root = await Deno.makeTempDir({ prefix: "cluster-init-" });
   const adminConf = join(root, "admin.conf");
@@ -74,6 +82,7 @@ async function setup(
     },
     paths: { adminConf },
     apiServer: options.apiServer,
+    connect: options.connect,
     apiWaitMs: 5_000,
     apiPollMs: 10,
   });
@@ -184,6 +193,32 @@ Deno.test("cluster init against the fake API server", async (t) => {
         !JSON.stringify(s.logs).includes(parameters().masterSecret.key.toBase64()),
         "the master secret is in the log",
       );
+    },
+  );
+
+  await t.step(
+    "the API server failing briefly after the first object: every later write waits it out too",
+    async () => {
+      for (const mode of ["unavailable", "reset"] as const) {
+        let injected = false;
+        await using s = await setup(server, {
+          connect: async (adminConf) => {
+            const client = new KubernetesClient(await loadKubeconfig(adminConf));
+            const createConfigMap = client.createConfigMap.bind(client);
+            client.createConfigMap = (...args) => {
+              if (!injected) server.failNext(2, mode);
+              injected = true;
+              return createConfigMap(...args);
+            };
+            return client;
+          },
+        });
+        await s.initializer.initialize(parameters());
+        const retries = s.logs.filter((entry) => entry.msg === "reaching the API server failed; retrying");
+        assert.equal(retries.length, 2, `${mode}: ${JSON.stringify(retries)}`);
+        assert.match(String(retries[0].error), /configmaps/, mode);
+        assert.ok(server.getObject(`${ns}/configmaps/internal-config`), mode);
+      }
     },
   );
 
