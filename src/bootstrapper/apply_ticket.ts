@@ -52,6 +52,8 @@
  *
  * @module
  */
+import { dirname } from "node:path";
+import { errorMessage } from "../error_message.ts";
 import type { SaltRecord } from "./state_disk.ts";
 import type { Component } from "../gen/components/components_pb.ts";
 import type { IssueJoinTicketResponse } from "../gen/join/join_pb.ts";
@@ -252,7 +254,9 @@ export class JoinTicketApplier implements TicketApplier {
       locked = await lock.tryLock(clusterId, { onTaken: () => this.#deps.onLocked() });
     } catch (error) {
       // Marking failed but the lock is taken (onLocked stopped the init server): this boot is over.
-      throw new ApplyError("lock-failed", `acquiring node lock: ${messageOf(error)}`, true, { cause: error });
+      throw new ApplyError("lock-failed", `acquiring node lock: ${errorMessage(error)}`, true, {
+        cause: error,
+      });
     }
     if (!locked) throw new ApplyError("lock-held", "node is already being initialized", false);
     logger.info("took the node lock for a join", { clusterId: clusterId.toHex(), role: node.role });
@@ -273,7 +277,7 @@ export class JoinTicketApplier implements TicketApplier {
       await this.#removeWritten(written);
       const failure = error instanceof ApplyError
         ? error
-        : new ApplyError("timeout", redact(messageOf(error), ticket.token), true, { cause: error });
+        : new ApplyError("timeout", redact(errorMessage(error), ticket.token), true, { cause: error });
       logger.error("joining failed after the node lock", { ...errorFields(failure), step: failure.reason });
       throw failure;
     }
@@ -294,7 +298,7 @@ export class JoinTicketApplier implements TicketApplier {
         await run();
       } catch (error) {
         if (error instanceof ApplyError) throw error;
-        throw new ApplyError(reason, `${what}: ${redact(messageOf(error), ticket.token)}`, true, {
+        throw new ApplyError(reason, `${what}: ${redact(errorMessage(error), ticket.token)}`, true, {
           cause: error,
         });
       }
@@ -375,7 +379,7 @@ export class JoinTicketApplier implements TicketApplier {
         await kubeadm.join(config, { signal });
         return;
       } catch (error) {
-        const message = redact(messageOf(error), config.token);
+        const message = redact(errorMessage(error), config.token);
         first ??= message;
         const wroteManifests = role === "ControlPlane" &&
           (await fileNames(manifests)).some((name) => !manifestsBefore.has(name));
@@ -486,15 +490,6 @@ function redact(text: string, token: string): string {
   if (token !== "") out = out.replaceAll(token, "[redacted]");
   if (secret) out = out.replaceAll(secret, "[redacted]");
   return out;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
-function dirname(path: string): string {
-  const index = path.lastIndexOf("/");
-  return index <= 0 ? "/" : path.slice(0, index);
 }
 
 /** Those of `paths` that exist. */

@@ -26,6 +26,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import type { ConfigMap, Secret } from "kubernetes-types/core/v1.d.ts";
 import type { CustomResource, KubernetesObject, RequestOptions } from "../kubernetes/client.ts";
 import { KubernetesClient } from "../kubernetes/client.ts";
@@ -46,7 +47,13 @@ import { retryUntilDone, systemTimers } from "./retry.ts";
 import { ReasonError } from "../reason_error.ts";
 import { joinHostPort } from "../net/endpoint.ts";
 import { type KubeadmInitConfig, KUBERNETES_PORT } from "./kubeadm_config.ts";
-import type { ClusterInitializer, ClusterInitParameters, SignalOptions } from "./initserver.ts";
+import {
+  type ClusterInitializer,
+  type ClusterInitParameters,
+  type InitNode,
+  InitNodeError,
+  type SignalOptions,
+} from "./initserver.ts";
 
 /** Name of the Secret holding the master secret and salt. */
 export const MASTER_SECRET_NAME = "constellation-mastersecret";
@@ -129,7 +136,6 @@ export interface KubeadmClusterInitializerOptions {
 
 /** Why the cluster init failed. */
 export type ClusterInitFailure =
-  | "metadata" // this instance's metadata could not be read
   | "components" // installing the components failed
   | "kubeadm" // kubeadm init failed
   | "kubeconfig" // admin.conf is missing or unusable
@@ -152,6 +158,35 @@ export class KubeadmClusterInitializer implements ClusterInitializer {
     this.#logger = options.logger ?? silentLogger;
   }
 
+  /** This node's name, VPC IP and API server endpoint, from the metadata API. */
+  async describeNode(options: SignalOptions = {}): Promise<InitNode> {
+    const { metadata } = this.#options;
+    const read = async <T>(what: string, call: () => Promise<T>): Promise<T> => {
+      try {
+        return await call();
+      } catch (error) {
+        throw new InitNodeError("metadata", `${what}: ${errorMessage(error)}`, { cause: error });
+      }
+    };
+    const self = await read("retrieving own instance metadata", () => metadata.self(options));
+    const endpoint = metadata.endpoint
+      ? await read("retrieving the API server endpoint", () => metadata.endpoint!(options))
+      : undefined;
+    let nodeName: string;
+    try {
+      nodeName = k8sCompliantHostname(self.name);
+    } catch (error) {
+      throw new InitNodeError("node-name", `generating node name: ${errorMessage(error)}`, { cause: error });
+    }
+    return {
+      nodeName,
+      nodeIp: self.vpcIp,
+      // kubeadm takes "host" (port 6443) or "host:port".
+      controlPlaneHost: endpoint &&
+        (endpoint.port === KUBERNETES_PORT ? endpoint.host : joinHostPort(endpoint.host, endpoint.port)),
+    };
+  }
+
   /** Installs, runs kubeadm init, creates the cluster objects; resolves with admin.conf's bytes. */
   async initialize(
     params: ClusterInitParameters,
@@ -166,27 +201,13 @@ export class KubeadmClusterInitializer implements ClusterInitializer {
         () => o.components!.install(params.components, { signal }),
       );
     }
-    const self = await fail(
-      "metadata",
-      "retrieving own instance metadata",
-      () => o.metadata.self({ signal }),
-    );
-    const endpoint = o.metadata.endpoint
-      ? await fail("metadata", "retrieving the API server endpoint", () => o.metadata.endpoint!({ signal }))
-      : undefined;
-    const nodeName = await fail(
-      "metadata",
-      "generating node name",
-      () => Promise.resolve(k8sCompliantHostname(self.name)),
-    );
+    const { nodeName, nodeIp, controlPlaneHost } = params.node;
     const config: KubeadmInitConfig = {
       kubernetesVersion: params.kubernetesVersion,
       clusterName: params.clusterName,
       nodeName,
-      nodeIp: self.vpcIp,
-      // kubeadm takes "host" (port 6443) or "host:port".
-      controlPlaneHost: endpoint &&
-        (endpoint.port === KUBERNETES_PORT ? endpoint.host : joinHostPort(endpoint.host, endpoint.port)),
+      nodeIp,
+      controlPlaneHost,
       certSans: params.apiServerCertSans,
       serviceSubnet: params.serviceCidr || undefined,
       keepKubeProxy: params.conformanceMode,
@@ -349,7 +370,7 @@ async function fail<T>(reason: ClusterInitFailure, what: string, run: () => Prom
   try {
     return await run();
   } catch (error) {
-    throw new ClusterInitError(reason, `${what}: ${error instanceof Error ? error.message : String(error)}`, {
+    throw new ClusterInitError(reason, `${what}: ${errorMessage(error)}`, {
       cause: error,
     });
   }

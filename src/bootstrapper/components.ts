@@ -30,6 +30,8 @@
  *
  * @module
  */
+import { dirname } from "node:path";
+import { errorMessage } from "../error_message.ts";
 import { createHash } from "node:crypto";
 import type { Component } from "../gen/components/components_pb.ts";
 import {
@@ -181,7 +183,11 @@ export class ComponentInstaller {
         if (signal?.aborted) throw signal.reason;
         if (error instanceof ComponentError) fail(error.reason, error.message, error);
         if (attempt >= attempts) {
-          fail("download-failed", `${attempts} download attempts failed; last: ${messageOf(error)}`, error);
+          fail(
+            "download-failed",
+            `${attempts} download attempts failed; last: ${errorMessage(error)}`,
+            error,
+          );
         }
         this.#logger.warn("component download failed; retrying", {
           url,
@@ -301,7 +307,7 @@ export class ComponentInstaller {
       });
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
-      fail("install-failed", `copying to ${target}: ${messageOf(error)}`, error);
+      fail("install-failed", `copying to ${target}: ${errorMessage(error)}`, error);
     }
   }
 
@@ -344,7 +350,7 @@ export class ComponentInstaller {
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
       if (error instanceof UnsafeEntryError) fail("unsafe-archive", error.message, error);
-      fail("install-failed", `extracting under ${prefix}: ${messageOf(error)}`, error);
+      fail("install-failed", `extracting under ${prefix}: ${errorMessage(error)}`, error);
     }
   }
 }
@@ -581,15 +587,6 @@ function displayUrl(href: string): string {
   } catch {
     return JSON.stringify(href.slice(0, 100));
   }
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
-function dirname(path: string): string {
-  const index = path.lastIndexOf("/");
-  return index <= 0 ? "/" : path.slice(0, index);
 }
 
 function basename(path: string): string {

@@ -23,7 +23,10 @@
  *  4. the parameters: storage and KMS URIs (only `cluster-kms`; the URI
  *     holds the master secret and is never echoed), a 32-byte measurement
  *     salt, the attestation config (same variant as this node), the
- *     components, a usable client key;
+ *     components, a usable client key; then this node's name and addresses
+ *     ({@linkcode ClusterInitializer.describeNode}): a metadata API that
+ *     does not answer, or a name Kubernetes cannot take, is refused here,
+ *     while the node can still be initialized;
  *  5. measurement secret and cluster ID;
  *  6. the node lock (`false`: a join took it). From here on the work runs
  *     to its end even if the client goes away, and any failure is terminal
@@ -80,6 +83,7 @@ import { type CheckedInitParameter, initParameterProblem } from "../init/paramet
 import type { MasterSecret } from "../kms/uri.ts";
 import { PoolFullError, WorkPool } from "../limits/pool.ts";
 import type { Logger } from "../log/logger.ts";
+import { ReasonError } from "../reason_error.ts";
 import {
   asRejection,
   COMMON_REASON_CODES,
@@ -186,10 +190,31 @@ export interface ClusterInitParameters {
   attestationConfig: string;
   /** The cluster ID. */
   clusterId: Uint8Array;
+  /** This node, as {@linkcode ClusterInitializer.describeNode} found it before the lock. */
+  node: InitNode;
 }
+
+/** This node as kubeadm init names and reaches it (from the metadata API). */
+export interface InitNode {
+  /** The Kubernetes node name (the instance name made a compliant host name). */
+  nodeName: string;
+  /** The node's VPC IP. */
+  nodeIp: string;
+  /** The API server endpoint kubeadm puts in the kubeconfigs ("host" or "host:port"), if the platform has one. */
+  controlPlaneHost?: string;
+}
+
+/** Why {@linkcode ClusterInitializer.describeNode} failed: the metadata API, or the name it gave. */
+export class InitNodeError extends ReasonError<"metadata" | "node-name"> {}
 
 /** Runs `kubeadm init` and creates the objects the cluster's services read (cluster_init.ts). */
 export interface ClusterInitializer {
+  /**
+   * Reads this node's name and addresses, before the node lock: a metadata API that does not answer, or
+   * a name Kubernetes cannot take, then refuses the Init while the node can still be initialized.
+   * Rejects with an {@linkcode InitNodeError}.
+   */
+  describeNode(options?: SignalOptions): Promise<InitNode>;
   /** Initializes the cluster; resolves with the admin kubeconfig kubeadm wrote. */
   initialize(params: ClusterInitParameters, options?: SignalOptions): Promise<{ kubeconfig: Uint8Array }>;
 }
@@ -267,6 +292,8 @@ export type InitServerReason =
   | "invalid-init-secret" // the init secret does not match the metadata's hash
   | "init-secret-hash-unavailable" // the metadata's hash could not be read
   | "invalid-parameters" // a URI, the salt, the attestation config, the components, the client key
+  | "node-metadata-unavailable" // this node's name or address could not be read from the metadata API
+  | "invalid-node-name" // the metadata API names this node with a name Kubernetes cannot take
   | "init-running" // another Init is running on this node
   | "shutting-down" // the bootstrapper is stopping: no Init takes the lock any more
   | "already-activated" // a join took the node lock
@@ -286,6 +313,8 @@ const codes: Record<InitServerReason | CommonReason, Code> = {
   "invalid-init-secret": Code.PermissionDenied,
   "init-secret-hash-unavailable": Code.Unavailable,
   "invalid-parameters": Code.InvalidArgument,
+  "node-metadata-unavailable": Code.Unavailable,
+  "invalid-node-name": Code.FailedPrecondition,
   "init-running": Code.FailedPrecondition,
   "shutting-down": Code.Unavailable,
   "already-activated": Code.FailedPrecondition,
@@ -489,6 +518,7 @@ export class InitServer {
     const timers = this.#deps.timers ?? systemTimers;
     try {
       const checked = await this.#checkParameters(opened);
+      const node = await this.#describeNode(options);
       const kms = new ClusterKms(checked.masterSecret.key, checked.masterSecret.salt);
       const measurementSecret = await deriveMeasurementSecret(kms);
       const clusterId = await deriveClusterId(measurementSecret, checked.measurementSalt);
@@ -502,7 +532,7 @@ export class InitServer {
         "initializing the node",
         this.#initTimeoutMs,
         this.#lifetime.signal,
-        (signal) => work = this.#afterLock(opened, checked, kms, clusterId, signal),
+        (signal) => work = this.#afterLock(opened, { ...checked, clusterId, node }, kms, signal),
       ).catch((error) => {
         throw error instanceof DeadlineError
           ? rejectInit("deadline", error.message, { cause: error })
@@ -532,9 +562,8 @@ export class InitServer {
   /** Steps 8-11, under the deadline's `signal`; resolves with the sealed success. */
   async #afterLock(
     opened: OpenedRequest<typeof InitRequestSchema>,
-    checked: Omit<ClusterInitParameters, "clusterId">,
+    params: ClusterInitParameters,
     kms: ClusterKms,
-    clusterId: Uint8Array,
     signal: AbortSignal,
   ): Promise<Sealed> {
     const { request } = opened;
@@ -545,7 +574,7 @@ export class InitServer {
       const diskKey = await deriveStateDiskKey(kms, uuid);
       const measurementSecret = await deriveMeasurementSecret(kms);
       try {
-        const record = { measurementSalt: checked.measurementSalt, measurementSecret };
+        const record = { measurementSalt: params.measurementSalt, measurementSecret };
         await deps.disk.changePassphrase(diskKey, record, { signal });
       } finally {
         diskKey.fill(0);
@@ -556,7 +585,7 @@ export class InitServer {
     const { kubeconfig } = await step(
       "cluster-init-failed",
       "initializing cluster",
-      () => deps.cluster.initialize({ ...checked, clusterId }, { signal }),
+      () => deps.cluster.initialize(params, { signal }),
     );
     // After kubeadm: on a bound node the node state says its init completed (run.ts starts only such a
     // node's kubelet), also when the process died in between.
@@ -564,14 +593,19 @@ export class InitServer {
       "node-state-failed",
       "persisting node state",
       () =>
-        deps.nodeState.write({ role: "ControlPlane", measurementSalt: checked.measurementSalt }, {
+        deps.nodeState.write({ role: "ControlPlane", measurementSalt: params.measurementSalt }, {
           signal,
         }),
     );
     const sealed = await step(
       "seal-failed",
       "sealing the result",
-      () => sealInitSuccess({ kubeconfig, clusterId }, request.clientPublicKey, opened.reportData),
+      () =>
+        sealInitSuccess(
+          { kubeconfig, clusterId: params.clusterId },
+          request.clientPublicKey,
+          opened.reportData,
+        ),
     );
     return sealed;
   }
@@ -637,10 +671,22 @@ export class InitServer {
     }
   }
 
+  /** Step 4, last: this node's name and addresses, read before the lock. */
+  async #describeNode(options: SignalOptions): Promise<InitNode> {
+    try {
+      return await this.#deps.cluster.describeNode(options);
+    } catch (error) {
+      const reason = error instanceof InitNodeError && error.reason === "node-name"
+        ? "invalid-node-name"
+        : "node-metadata-unavailable";
+      throw rejectInit(reason, (error as Error).message, { cause: error });
+    }
+  }
+
   /** Step 4: everything checkable before the lock. */
   async #checkParameters(
     opened: OpenedRequest<typeof InitRequestSchema>,
-  ): Promise<Omit<ClusterInitParameters, "clusterId">> {
+  ): Promise<Omit<ClusterInitParameters, "clusterId" | "node">> {
     const { request } = opened;
     const invalid = (message: string, cause?: unknown) =>
       rejectInit("invalid-parameters", message, { cause });

@@ -6,7 +6,11 @@ import {
   type KubeadmClusterInitializerOptions,
 } from "../../src/bootstrapper/cluster_init.ts";
 import type { KubeadmInitConfig } from "../../src/bootstrapper/kubeadm_config.ts";
-import type { ClusterInitParameters } from "../../src/bootstrapper/initserver.ts";
+import {
+  type ClusterInitParameters,
+  type InitNode,
+  InitNodeError,
+} from "../../src/bootstrapper/initserver.ts";
 import { systemClock } from "../../src/clock.ts";
 import { createLogger } from "../../src/log/logger.ts";
 import { componentsSource } from "../../src/joinservice/components.ts";
@@ -38,6 +42,7 @@ function parameters(overrides: Partial<ClusterInitParameters> = {}): ClusterInit
     measurementSalt: MEASUREMENT_SALT,
     attestationConfig: DUMMY_ATTESTATION_CONFIG,
     clusterId: new Uint8Array(32).fill(1),
+    node: { nodeName: "control.plane-0", nodeIp: "10.0.0.2", controlPlaneHost: "10.0.0.100" },
     ...overrides,
   };
 }
@@ -46,6 +51,7 @@ function parameters(overrides: Partial<ClusterInitParameters> = {}): ClusterInit
 async function setup(
   server: FakeApiServer,
   options: {
+    metadata?: KubeadmClusterInitializerOptions["metadata"];
     kubeadmFails?: boolean;
     adminConfServer?: string;
     apiServer?: string;
@@ -70,7 +76,7 @@ async function setup(
         );
       },
     },
-    metadata: {
+    metadata: options.metadata ?? {
       self: () => Promise.resolve({ name: "Control.Plane_0", vpcIp: "10.0.0.2" }),
       endpoint: () => Promise.resolve({ host: "10.0.0.100", port: 6443 }),
     },
@@ -103,7 +109,9 @@ Deno.test("cluster init against the fake API server", async (t) => {
 
   await t.step("kubeadm runs with the node's identity; the objects the services read exist", async () => {
     await using s = await setup(server);
-    const { kubeconfig } = await s.initializer.initialize(parameters());
+    const node = await s.initializer.describeNode();
+    assert.deepEqual(node, parameters().node);
+    const { kubeconfig } = await s.initializer.initialize(parameters({ node }));
     assert.equal(new TextDecoder().decode(kubeconfig), server.kubeconfig());
     assert.deepEqual(s.installed, ["/run/state/bin/kubeadm"]);
     assert.deepEqual(s.kubeadmCalls[0], {
@@ -247,4 +255,58 @@ Deno.test("cluster init against the fake API server", async (t) => {
     });
     assert.equal(server.requests.length, requests);
   });
+});
+
+Deno.test("describeNode: the node's name and addresses from the metadata API, or an InitNodeError", async (t) => {
+  await using server = await startFakeApiServer();
+  const rows: {
+    name: string;
+    metadata: KubeadmClusterInitializerOptions["metadata"];
+    expected: InitNode | { reason: string; message: RegExp };
+  }[] = [
+    {
+      name: "an endpoint on another port: host:port; no endpoint API: none",
+      metadata: {
+        self: () => Promise.resolve({ name: "worker_1", vpcIp: "10.0.0.3" }),
+        endpoint: () => Promise.resolve({ host: "fd00::1", port: 7443 }),
+      },
+      expected: { nodeName: "worker-1", nodeIp: "10.0.0.3", controlPlaneHost: "[fd00::1]:7443" },
+    },
+    {
+      name: "no endpoint on this platform",
+      metadata: { self: () => Promise.resolve({ name: "cp0", vpcIp: "10.0.0.4" }) },
+      expected: { nodeName: "cp0", nodeIp: "10.0.0.4", controlPlaneHost: undefined },
+    },
+    {
+      name: "a name Kubernetes cannot take: node-name",
+      metadata: { self: () => Promise.resolve({ name: "Bad Name!", vpcIp: "10.0.0.5" }) },
+      expected: { reason: "node-name", message: /^generating node name: .*"Bad Name!"/ },
+    },
+    {
+      name: "the metadata API failing: metadata, naming the call",
+      metadata: { self: () => Promise.reject(new Error("GET /self: 503 Service Unavailable")) },
+      expected: { reason: "metadata", message: /^retrieving own instance metadata: GET \/self: 503/ },
+    },
+    {
+      name: "the endpoint failing: metadata, naming the call",
+      metadata: {
+        self: () => Promise.resolve({ name: "cp0", vpcIp: "10.0.0.4" }),
+        endpoint: () => Promise.reject(new Error("timed out")),
+      },
+      expected: { reason: "metadata", message: /^retrieving the API server endpoint: timed out$/ },
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      await using s = await setup(server, { metadata: row.metadata });
+      const result = await s.initializer.describeNode().catch((error) => error);
+      if ("reason" in row.expected) {
+        assert.ok(result instanceof InitNodeError, String(result));
+        assert.equal(result.reason, row.expected.reason);
+        assert.match(result.message, row.expected.message);
+      } else {
+        assert.deepEqual(result, row.expected);
+      }
+    });
+  }
 });

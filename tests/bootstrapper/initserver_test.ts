@@ -5,7 +5,11 @@ import { API, type InitResponse } from "../../src/gen/init/init_pb.ts";
 import { initCluster, type InitParameters } from "../../src/init/client.ts";
 import type { NodeExchangeError } from "../../src/init/node_exchange.ts";
 import { initReportData, sealInitRequest } from "../../src/init/protocol.ts";
-import { SHOW_ATTESTATION_CONCURRENCY, SHOW_ATTESTATION_QUEUE } from "../../src/bootstrapper/initserver.ts";
+import {
+  InitNodeError,
+  SHOW_ATTESTATION_CONCURRENCY,
+  SHOW_ATTESTATION_QUEUE,
+} from "../../src/bootstrapper/initserver.ts";
 import { DEFAULT_ATTESTATION_KEY_LIFETIME_MS } from "../../src/bootstrapper/attested_keys.ts";
 import { parseOperatorAttestationConfig } from "../../src/attestation/config.ts";
 import { DummyIssuer } from "../../src/attestation/dummy.ts";
@@ -221,6 +225,7 @@ Deno.test("init server", async (t) => {
       const w = world({
         options: { initTimeoutMs: 20 },
         cluster: {
+          describeNode: () => Promise.resolve({ nodeName: "control-plane-0", nodeIp: "10.0.0.2" }),
           initialize: () =>
             new Promise((resolve) => setTimeout(() => resolve({ kubeconfig: new Uint8Array([1]) }), 60)),
         },
@@ -299,6 +304,31 @@ Deno.test("init server", async (t) => {
       assert.equal(decoder.decode(result.kubeconfig), FAKE_KUBECONFIG);
     },
   );
+
+  await t.step("this node's metadata unreadable or its name unusable: refused before the lock", async (t) => {
+    const rows = [
+      {
+        name: "metadata API unavailable: Unavailable, retry later",
+        error: new InitNodeError("metadata", "retrieving own instance metadata: GET /self: 503"),
+        code: Code.Unavailable,
+      },
+      {
+        name: "a name Kubernetes cannot take: FailedPrecondition",
+        error: new InitNodeError("node-name", 'generating node name: "Bad Name!" is not compliant'),
+        code: Code.FailedPrecondition,
+      },
+    ];
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        const w = world({ nodeFails: row.error });
+        const error = await refused(w);
+        assert.equal(error.code, row.code);
+        assert.equal(error.serverMessage, row.error.message);
+        assert.deepEqual(w.calls, [], "no lock, no disk, no kubeadm");
+        assert.equal(w.server.phase, "idle", "a later Init may still run");
+      });
+    }
+  });
 
   await t.step(
     "an Init reaching the lock once the server began stopping: refused, nothing locked",

@@ -87,6 +87,8 @@ export interface InitFakeOverrides extends Partial<InitServerDependencies> {
   lockTakenByJoin?: boolean;
   /** The cluster initializer fails with this message. */
   clusterFails?: string;
+  /** Reading this node's name and addresses (before the lock) fails with this error. */
+  nodeFails?: Error;
   /** The cluster initializer waits for this before answering. */
   clusterGate?: Promise<void>;
   /** The cluster initializer (a kubeadm or component server that never answers) ends only when cancelled. */
@@ -122,8 +124,16 @@ export interface InitWorld {
 
 /** Builds a full set of fakes with `overrides` applied. */
 export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWorld {
-  const { lockTakenByJoin, clusterFails, clusterGate, clusterNeverEnds, nodeLogs, options, ...replaced } =
-    overrides;
+  const {
+    lockTakenByJoin,
+    clusterFails,
+    nodeFails,
+    clusterGate,
+    clusterNeverEnds,
+    nodeLogs,
+    options,
+    ...replaced
+  } = overrides;
   const clock = new ManualClock();
   const calls: string[] = [];
   const initialized: InitWorld["initialized"] = [];
@@ -166,6 +176,10 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
       },
     },
     cluster: {
+      describeNode: () => {
+        if (nodeFails) return Promise.reject(nodeFails);
+        return Promise.resolve({ nodeName: "control-plane-0", nodeIp: "10.0.0.2" });
+      },
       initialize: async (params, o) => {
         calls.push(`initialize ${params.clusterName}`);
         initialized.push(params);

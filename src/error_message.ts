@@ -1,0 +1,10 @@
+/**
+ * The message of a caught value, which need not be an `Error`.
+ *
+ * @module
+ */
+
+/** `error`'s message when it is an `Error`, else its string form. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
