@@ -43,7 +43,10 @@
  * Each error names the offending key.
  *
  * Parsing is strict: unknown fields, repeated keys, wrong types and
- * malformed values are errors naming the field. The file's variant must equal the variant the
+ * malformed values are errors naming the field; a value or name from the
+ * file is quoted escaped and cut short (the join service logs the error at
+ * start and at every failed reload). The file is read up to
+ * {@linkcode ATTESTATION_CONFIG_MAX_BYTES}. The file's variant must equal the variant the
  * service was started with: the variant never changes at runtime.
  *
  * @module
@@ -51,10 +54,11 @@
 import { ReasonError } from "../reason_error.ts";
 import { readRegularFile } from "../fs/read_regular_file.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
+import { quoted } from "../json/quoted.ts";
 import { repeatedKeyProblem } from "../json/repeated_key.ts";
 import type { AkTrust, Measurements } from "./attestation.ts";
 import { describeType, isPlainObject, MeasurementsError, parseMeasurements } from "./measurements.ts";
-import { knownVariants, UnknownVariantError } from "./registry.ts";
+import { knownVariants } from "./registry.ts";
 import { DUMMY_VARIANT } from "./dummy.ts";
 import { QEMU_VTPM_VARIANT } from "./tpm/validator.ts";
 import { QUOTED_PCRS, SHA256_PCR_LENGTH } from "./tpm/document.ts";
@@ -125,14 +129,16 @@ export function parseAttestationConfig(
   if (!isPlainObject(value)) return fail(`want a JSON object, got ${describeType(value)}`);
   for (const field of Object.keys(value)) {
     if (!TOP_LEVEL_FIELDS.includes(field)) {
-      fail(`unknown field "${field}" (known: ${TOP_LEVEL_FIELDS.join(", ")})`);
+      fail(`unknown field ${quoted(field)} (known: ${TOP_LEVEL_FIELDS.join(", ")})`);
     }
   }
 
   if (!("variant" in value)) fail(`variant is missing (known: ${knownVariants().join(", ")})`);
   if (typeof value.variant !== "string") fail(`variant must be a string, got ${describeType(value.variant)}`);
   const variant = value.variant as string;
-  if (!knownVariants().includes(variant)) fail(new UnknownVariantError(variant).message);
+  if (!knownVariants().includes(variant)) {
+    fail(`unknown attestation variant ${quoted(variant)}; known: ${knownVariants().join(", ")}`);
+  }
   if (variant !== options.variant) {
     fail(
       `the config is for attestation variant "${variant}" but this service runs "${options.variant}"; the variant is fixed at start and never changes at runtime`,
@@ -206,7 +212,7 @@ function parseAkTrust(value: unknown, variant: string, fail: (message: string) =
   }
   for (const field of Object.keys(value)) {
     if (!AK_TRUST_FIELDS.includes(field)) {
-      fail(`akTrust: unknown field "${field}" (known: ${AK_TRUST_FIELDS.join(", ")})`);
+      fail(`akTrust: unknown field ${quoted(field)} (known: ${AK_TRUST_FIELDS.join(", ")})`);
     }
   }
   const hasList = "allowedKeyDigests" in value;
@@ -217,7 +223,7 @@ function parseAkTrust(value: unknown, variant: string, fail: (message: string) =
     if (value.trustAnyKey !== true) {
       fail(
         `akTrust: trustAnyKey must be true when present, got ${
-          JSON.stringify(value.trustAnyKey)
+          quoted(value.trustAnyKey)
         }; to restrict the keys, list them in allowedKeyDigests`,
       );
     }
@@ -251,7 +257,7 @@ function parseControlPlanes(
     if (value.controlPlaneAnyKey !== true) {
       fail(
         `akTrust: controlPlaneAnyKey must be true when present, got ${
-          JSON.stringify(value.controlPlaneAnyKey)
+          quoted(value.controlPlaneAnyKey)
         }; to choose the control planes, list their keys in controlPlaneKeyDigests`,
       );
     }
@@ -326,14 +332,29 @@ export function parseOperatorAttestationConfig(
 }
 
 /**
+ * Largest attestation config file read: 1 MiB, a ConfigMap's limit. A real
+ * config is a few KiB; a larger file is refused before it is read, and no
+ * error quotes more than a cut excerpt of it.
+ */
+export const ATTESTATION_CONFIG_MAX_BYTES = 1024 * 1024;
+
+/**
  * Reads the config file at `path` as UTF-8 text, following symlinks (as a
  * ConfigMap volume needs). Throws {@linkcode AttestationConfigError}
- * ("unreadable", or "invalid-json" for bytes that are not UTF-8).
+ * ("unreadable", "invalid-config" for a file larger than
+ * {@linkcode ATTESTATION_CONFIG_MAX_BYTES}, or "invalid-json" for bytes that
+ * are not UTF-8).
  */
 export async function readConfigText(path: string, signal?: AbortSignal): Promise<string> {
-  let bytes: Uint8Array;
+  let bytes: Uint8Array | undefined;
+  let size: number;
   try {
-    bytes = await readRegularFile(path, { signal });
+    // The size first, so a huge file is not read whole (a file that grows after it is checked again).
+    size = (await Deno.stat(path)).size;
+    if (size <= ATTESTATION_CONFIG_MAX_BYTES) {
+      bytes = await readRegularFile(path, { signal });
+      size = bytes.length;
+    }
   } catch (error) {
     if (signal?.aborted) throw error;
     throw new AttestationConfigError(
@@ -342,6 +363,12 @@ export async function readConfigText(path: string, signal?: AbortSignal): Promis
       {
         cause: error,
       },
+    );
+  }
+  if (bytes === undefined || size > ATTESTATION_CONFIG_MAX_BYTES) {
+    throw new AttestationConfigError(
+      "invalid-config",
+      `attestation config ${path}: ${size} bytes, larger than the ${ATTESTATION_CONFIG_MAX_BYTES} bytes an attestation config may have`,
     );
   }
   try {

@@ -21,6 +21,7 @@
  * @module
  */
 import { primitives } from "../crypto/primitives.ts";
+import { quoted } from "../json/quoted.ts";
 import { bytesEqual, type Measurement, type Measurements } from "./attestation.ts";
 
 /** Highest accepted measurement index (TPM 2.0 PCR 23). */
@@ -77,11 +78,12 @@ export function parseMeasurements(value: unknown): Measurements {
   return new Map([...result].sort(([a], [b]) => a - b));
 }
 
+/** The index a key names; once it passed, messages may quote the key as it is (a number). */
 function parseIndex(key: string): number {
   // Canonical decimal only: "04" or "+4" would be a second spelling of the same index.
   if (!/^(0|[1-9][0-9]?)$/.test(key) || Number(key) > MAX_MEASUREMENT_INDEX) {
     throw new MeasurementsError(
-      `measurement "${key}": index must be a decimal integer from 0 to ${MAX_MEASUREMENT_INDEX}`,
+      `measurement ${quoted(key)}: index must be a decimal integer from 0 to ${MAX_MEASUREMENT_INDEX}`,
       key,
     );
   }
@@ -101,7 +103,7 @@ function parseEntry(key: string, entry: unknown): Measurement {
   for (const field of Object.keys(entry)) {
     if (!ENTRY_FIELDS.has(field)) {
       throw new MeasurementsError(
-        `measurement "${key}": unknown field "${field}" (known: expected, warnOnly)`,
+        `measurement "${key}": unknown field ${quoted(field)} (known: expected, warnOnly)`,
         key,
       );
     }

@@ -11,7 +11,7 @@
  * ]
  * ```
  *
- * Every element has exactly these four fields. `hash` and `installPath`
+ * Every element has exactly these four fields, each once. `hash` and `installPath`
  * follow the node's own rules ({@linkcode isComponentHash},
  * {@linkcode isComponentInstallPath}); `url` must be an `https:` or a
  * `data:` URL. The CLI checks the whole file before it contacts the node, so
@@ -22,8 +22,11 @@
  */
 import { describeType, isPlainObject } from "../attestation/measurements.ts";
 import { readRegularTextFile } from "../fs/read_regular_file.ts";
+import { quoted } from "../json/quoted.ts";
+import { repeatedKeyProblem } from "../json/repeated_key.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
 import {
+  COMPONENT_INSTALL_PATH_RULE,
   isComponentHash,
   isComponentInstallPath,
   type KubernetesComponent,
@@ -51,6 +54,9 @@ export function parseComponentsFile(text: string, path: string): KubernetesCompo
   } catch (error) {
     fail(`not valid JSON (${jsonSyntaxError(error)}); want [${ELEMENT_SHAPE}, …]`);
   }
+  // JSON.parse keeps the last of two equal keys: which URL a node downloads must not be a guess.
+  const repeated = repeatedKeyProblem(text);
+  if (repeated !== undefined) fail(repeated);
   if (!Array.isArray(value)) {
     return fail(`want a JSON array [${ELEMENT_SHAPE}, …], got ${describeType(value)}`);
   }
@@ -66,7 +72,7 @@ function parseComponent(element: unknown, fail: (message: string) => never): Kub
   }
   for (const field of Object.keys(element)) {
     if (!(FIELDS as readonly string[]).includes(field)) {
-      fail(`unknown field ${JSON.stringify(field)} (known: ${FIELDS.join(", ")})`);
+      fail(`unknown field ${quoted(field)} (known: ${FIELDS.join(", ")})`);
     }
   }
   for (const field of FIELDS) {
@@ -88,7 +94,7 @@ function parseComponent(element: unknown, fail: (message: string) => never): Kub
   }
   if (!isComponentInstallPath(installPath)) {
     fail(
-      `"installPath" must be an absolute path other than / without "..", got ${
+      `"installPath" must be ${COMPONENT_INSTALL_PATH_RULE}, got ${
         JSON.stringify(installPath.slice(0, 200))
       }`,
     );

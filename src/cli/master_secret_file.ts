@@ -17,6 +17,7 @@
  */
 import { isPlainObject } from "../attestation/measurements.ts";
 import { readRegularTextFile } from "../fs/read_regular_file.ts";
+import { describeRepeatedKey, findRepeatedKey } from "../json/repeated_key.ts";
 import { MASTER_SALT_MIN_LENGTH, MASTER_SECRET_MIN_LENGTH } from "../kms/keys.ts";
 import type { MasterSecret } from "../kms/uri.ts";
 import { CliError } from "./errors.ts";
@@ -41,7 +42,8 @@ export interface LoadedMasterSecret {
 
 /**
  * Parses the file's text. Throws {@linkcode CliError} "master-secret" naming
- * the file and the field, never a value.
+ * the file and the field, never a value, nor the name of an unknown field.
+ * A key given twice is refused.
  */
 export function parseMasterSecretFile(text: string, path: string): MasterSecret {
   const fail = (message: string): never => {
@@ -55,8 +57,18 @@ export function parseMasterSecretFile(text: string, path: string): MasterSecret 
     fail(`not valid JSON; want {"key": "<base64>", "salt": "<base64>"}`);
   }
   if (!isPlainObject(value)) return fail(`want a JSON object {"key": "<base64>", "salt": "<base64>"}`);
-  for (const field of Object.keys(value)) {
-    if (!(FIELDS as readonly string[]).includes(field)) fail(`unknown field "${field}" (known: key, salt)`);
+  // Counted, never named: a field's name may be the secret itself, pasted one line too high.
+  const unknown = Object.keys(value).filter((field) => !(FIELDS as readonly string[]).includes(field)).length;
+  if (unknown === 1) fail(`an unknown field (known: key, salt; its name is not repeated)`);
+  if (unknown > 1) fail(`${unknown} unknown fields (known: key, salt; their names are not repeated)`);
+  // JSON.parse keeps the last of two equal keys: which key is the cluster's must not be a guess. Named only
+  // when it is "key" or "salt": a key inside a value may be secret material too.
+  const repeated = findRepeatedKey(text);
+  if (repeated !== undefined) {
+    const named = repeated.path.length === 0 && (FIELDS as readonly string[]).includes(repeated.key);
+    fail(
+      `${named ? describeRepeatedKey(repeated) : "a key inside a value is given twice"}: give each key once`,
+    );
   }
   const decode = (field: (typeof FIELDS)[number], minLength: number): Uint8Array => {
     const encoded = value[field];

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { quoted } from "./quoted.ts";
 
 /** A key that an object of a JSON text has twice. */
 export interface RepeatedKey {
@@ -17,6 +18,9 @@ export interface RepeatedKey {
    */
   path: (string | number)[];
 }
+
+/** Longest path text in a message (a deeply nested object's path is cut). */
+const MAX_PATH_TEXT = 200;
 
 /** An open object (its keys so far, and the last one) or array (its element's index). */
 type Open = { keys: Set<string>; key?: string } | { index: number };
@@ -71,12 +75,13 @@ export function findRepeatedKey(json: string): RepeatedKey | undefined {
 
 /**
  * A repeated key in words, e.g. `key "4" is given twice in measurements`,
- * `key "variant" is given twice at the top level`. Keys are quoted as JSON
- * strings: control characters in them reach no terminal.
+ * `key "variant" is given twice at the top level`. Keys are quoted with
+ * {@linkcode quoted}: control characters in them reach no terminal, and a
+ * long key is cut.
  */
 export function describeRepeatedKey(repeated: RepeatedKey): string {
   const where = repeated.path.length === 0 ? "at the top level" : `in ${jsonPathText(repeated.path)}`;
-  return `key ${JSON.stringify(repeated.key)} is given twice ${where}`;
+  return `key ${quoted(repeated.key)} is given twice ${where}`;
 }
 
 /**
@@ -90,13 +95,19 @@ export function repeatedKeyProblem(json: string): string | undefined {
   return repeated === undefined ? undefined : `${describeRepeatedKey(repeated)}: give each key once`;
 }
 
-/** `["akTrust", "keys", 2]` as `akTrust.keys[2]`; a key that is not a plain word as `["a.b"]`. */
+/**
+ * `["akTrust", "keys", 2]` as `akTrust.keys[2]`; a key that is not a short
+ * plain word as `["a.b"]`, quoted with {@linkcode quoted} (escaped, cut); a
+ * path longer than 200 characters cut with "…".
+ */
 function jsonPathText(path: (string | number)[]): string {
-  return path.map((segment, i) =>
+  const text = path.map((segment, i) =>
     typeof segment === "number"
       ? `[${segment}]`
-      : /^[A-Za-z0-9_-]+$/.test(segment)
+      : /^[A-Za-z0-9_-]{1,64}$/.test(segment)
       ? `${i === 0 ? "" : "."}${segment}`
-      : `[${JSON.stringify(segment)}]`
+      : `[${quoted(segment)}]`
   ).join("");
+  // A path as deep as the text allows is cut as a long value is.
+  return text.length > MAX_PATH_TEXT ? text.slice(0, MAX_PATH_TEXT) + "…" : text;
 }

@@ -11,6 +11,7 @@
  * @module
  */
 import { ReasonError } from "../reason_error.ts";
+import { quoted } from "../json/quoted.ts";
 import { dirname, isAbsolute, join } from "node:path";
 import { parse, YAMLParseError } from "yaml";
 import { readCertificate } from "../x509/certificate.ts";
@@ -479,7 +480,7 @@ export function parseApiServerUrl(server: string, what: string): string {
     url = new URL(server);
   } catch {
     // Echoed unless it may hold a password (user:password@host).
-    const shown = server.includes("@") ? "" : `: "${server}"`;
+    const shown = server.includes("@") ? "" : `: ${shownUrl(server)}`;
     throw new KubeconfigError("malformed", `${what} is not a URL${shown}`);
   }
   if (url.username || url.password) {
@@ -487,10 +488,21 @@ export function parseApiServerUrl(server: string, what: string): string {
     throw new KubeconfigError("unsupported", `${what} carries user information, which is not supported`);
   }
   if (url.protocol !== "https:") {
-    throw new KubeconfigError("unsupported", `${what} is not https: "${server}"`);
+    throw new KubeconfigError("unsupported", `${what} is not https: ${shownUrl(server)}`);
   }
   if (url.search || url.hash) {
-    throw new KubeconfigError("malformed", `${what} has a query or fragment: "${server}"`);
+    throw new KubeconfigError(
+      "malformed",
+      `${what} has a query or fragment (not repeated here): ${shownUrl(server)}`,
+    );
   }
   return url.origin + url.pathname.replace(/\/+$/, "");
+}
+
+/**
+ * A server URL for an error message: without its query and fragment (a
+ * token may ride in either), escaped and cut ({@linkcode quoted}).
+ */
+function shownUrl(server: string): string {
+  return quoted(server.replace(/[?#].*$/s, ""), 200);
 }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  ATTESTATION_CONFIG_MAX_BYTES,
   AttestationConfigError,
   type AttestationConfigFailure,
   diffAkTrust,
@@ -407,6 +408,83 @@ Deno.test("invalid attestation configs are rejected with errors naming the field
   }
 });
 
+Deno.test("names and values from the file are quoted escaped and cut in errors", async (t) => {
+  const long = "x".repeat(100_000);
+  const cut = `"${"x".repeat(63)}…`;
+  const known = "(known: variant, measurements, akTrust)";
+  const rows: { name: string; text: string; want: string }[] = [
+    {
+      name: "an unknown field with an escape sequence",
+      text: JSON.stringify({ variant: "dummy", "\x1b[2Jx": 1 }),
+      want: `unknown field "\\u001b[2Jx" ${known}`,
+    },
+    {
+      name: "an unknown field with the one-byte CSI (C1), which JSON.stringify leaves as it is",
+      text: JSON.stringify({ variant: "dummy", "\x9b2J": 1 }),
+      want: `unknown field "\\u009b2J" ${known}`,
+    },
+    {
+      name: "a long unknown field",
+      text: `{"variant":"dummy","${long}":1}`,
+      want: `unknown field ${cut} ${known}`,
+    },
+    {
+      name: "an unknown akTrust field with an escape sequence",
+      text: JSON.stringify({ variant: "dummy", akTrust: { "\x1b]0;x\x07": 1 } }),
+      want:
+        'akTrust: unknown field "\\u001b]0;x\\u0007" (known: allowedKeyDigests, trustAnyKey, controlPlaneKeyDigests, controlPlaneAnyKey)',
+    },
+    {
+      name: "a long variant",
+      text: JSON.stringify({ variant: long }),
+      want: `unknown attestation variant ${cut}; known: dummy, qemu-vtpm`,
+    },
+    {
+      name: "a variant with an escape sequence",
+      text: JSON.stringify({ variant: "\x1b[2J" }),
+      want: 'unknown attestation variant "\\u001b[2J"; known: dummy, qemu-vtpm',
+    },
+    {
+      name: "a long trustAnyKey",
+      text: JSON.stringify({ variant: "dummy", akTrust: { trustAnyKey: long } }),
+      want:
+        `akTrust: trustAnyKey must be true when present, got ${cut}; to restrict the keys, list them in allowedKeyDigests`,
+    },
+    {
+      name: "a long controlPlaneAnyKey",
+      text: JSON.stringify({ variant: "dummy", akTrust: { trustAnyKey: true, controlPlaneAnyKey: long } }),
+      want:
+        `akTrust: controlPlaneAnyKey must be true when present, got ${cut}; to choose the control planes, list their keys in controlPlaneKeyDigests`,
+    },
+    {
+      name: "a measurement index with an escape sequence",
+      text: JSON.stringify({ variant: "dummy", measurements: { "\x1b[2J": A32 } }),
+      want: 'measurement "\\u001b[2J": index must be a decimal integer from 0 to 23',
+    },
+    {
+      name: "a long measurement index",
+      text: JSON.stringify({ variant: "dummy", measurements: { [long]: A32 } }),
+      want: `measurement ${cut}: index must be a decimal integer from 0 to 23`,
+    },
+    {
+      name: "an unknown measurement field with an escape sequence",
+      text: JSON.stringify({ variant: "dummy", measurements: { "4": { expected: A32, "\x1b[2J": 1 } } }),
+      want: 'measurement "4": unknown field "\\u001b[2J" (known: expected, warnOnly)',
+    },
+    {
+      name: "a long key given twice",
+      text: `{"variant":"dummy","${long}":1,"${long}":2}`,
+      want: `key ${cut} is given twice at the top level: give each key once`,
+    },
+  ];
+  for (const row of rows) {
+    await t.step(
+      row.name,
+      () => assertConfigError(row.text, "dummy", "invalid-config", `attestation config: ${row.want}`),
+    );
+  }
+});
+
 Deno.test("the source of a config names it in errors", () => {
   assert.throws(
     () => parseAttestationConfig("{}", { variant: "dummy", source: "attestation config /var/config/x" }),
@@ -434,6 +512,48 @@ Deno.test("readConfigText reads text and reports unreadable and non-UTF-8 files"
       assert.equal(error.message, `attestation config ${dir}/binary: not UTF-8 text`);
       return true;
     });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("readConfigText refuses a file over 1 MiB without quoting it", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "attestation-config-" });
+  const dummy = '{"variant":"dummy"}';
+  const padded = (size: number) => dummy + " ".repeat(size - dummy.length);
+  try {
+    const rows: { name: string; text: string; want?: string }[] = [
+      { name: "exactly 1 MiB: read", text: padded(ATTESTATION_CONFIG_MAX_BYTES) },
+      {
+        name: "one byte more: refused",
+        text: padded(ATTESTATION_CONFIG_MAX_BYTES + 1),
+        want: `${ATTESTATION_CONFIG_MAX_BYTES + 1} bytes, larger than the 1048576 bytes`,
+      },
+      {
+        name: "a 50 MB variant: refused, not quoted",
+        text: JSON.stringify({ variant: "v".repeat(50_000_000) }),
+        want: `50000014 bytes, larger than the 1048576 bytes`,
+      },
+    ];
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        const path = `${dir}/config`;
+        await Deno.writeTextFile(path, row.text);
+        if (row.want === undefined) {
+          assert.equal(await readConfigText(path), row.text);
+          return;
+        }
+        await assert.rejects(readConfigText(path), (error: unknown) => {
+          assert.ok(error instanceof AttestationConfigError, String(error));
+          assert.equal(error.reason, "invalid-config");
+          assert.equal(
+            error.message,
+            `attestation config ${path}: ${row.want} an attestation config may have`,
+          );
+          return true;
+        });
+      });
+    }
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -74,7 +74,10 @@ Deno.test("master secret file: malformed files are refused naming the file and f
       /"salt" is 16 bytes, want at least 32/,
     ],
     [JSON.stringify({ key: "not base64!", salt }), /"key" must be standard base64/],
-    [JSON.stringify({ key, salt, extra: 1 }), /unknown field "extra"/],
+    [
+      JSON.stringify({ key, salt, extra: 1 }),
+      /an unknown field \(known: key, salt; its name is not repeated\)/,
+    ],
   ];
   for (const [text, pattern] of cases) {
     await Deno.writeTextFile(path, text, { mode: 0o600 });
@@ -93,6 +96,56 @@ Deno.test("master secret file: malformed files are refused naming the file and f
     rejectsWith("master-secret", /absent\.json: no such file/),
   );
   await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("master secret file: an unknown field is counted, never named; a key given twice is refused", async (t) => {
+  const path = "/ops/ms.json";
+  const key = bytes(0).toBase64();
+  const salt = bytes(0x20).toBase64();
+  // The secret pasted as a field name (a line too high), and a terminal escape sequence.
+  const secret = bytes(0x40).toBase64();
+  const rows: { name: string; text: string; want: string }[] = [
+    {
+      name: "a secret as an unknown field's name",
+      text: `{"key":"${key}","salt":"${salt}","${secret}":1}`,
+      want: "an unknown field (known: key, salt; its name is not repeated)",
+    },
+    {
+      name: "an escape sequence as an unknown field's name",
+      text: JSON.stringify({ "\x1b[2Jx": 1, key, salt }),
+      want: "an unknown field (known: key, salt; its name is not repeated)",
+    },
+    {
+      name: "three unknown fields",
+      text: `{"key":"${key}","salt":"${salt}","${secret}":1,"a":2,"b":3}`,
+      want: "3 unknown fields (known: key, salt; their names are not repeated)",
+    },
+    {
+      name: "key given twice (JSON.parse would keep the last)",
+      text: `{"key":"${key}","key":"${bytes(0x60).toBase64()}","salt":"${salt}"}`,
+      want: 'key "key" is given twice at the top level: give each key once',
+    },
+    {
+      name: "salt given twice, once escaped",
+      text: `{"key":"${key}","salt":"${salt}","s\u0061lt":"${salt}"}`,
+      want: 'key "salt" is given twice at the top level: give each key once',
+    },
+    {
+      name: "a secret repeated as a key inside a value: not named",
+      text: `{"key":{"${secret}":1,"${secret}":2},"key":"${key}","salt":"${salt}"}`,
+      want: "a key inside a value is given twice: give each key once",
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, () => {
+      assert.throws(() => parseMasterSecretFile(row.text, path), (error) => {
+        assert.ok(error instanceof CliError, String(error));
+        assert.equal(error.reason, "master-secret");
+        assert.equal(error.message, `master secret file ${path}: ${row.want}`);
+        return true;
+      });
+    });
+  }
 });
 
 Deno.test("attestation config: errors name the file and the field", async () => {
@@ -138,6 +191,43 @@ Deno.test("attestation config: errors name the file and the field", async () => 
   assert.equal(loaded.config.variant, "qemu-vtpm");
   assert.deepEqual([...loaded.config.measurements.keys()], [4]);
   await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("attestation config: a file over 1 MiB is refused unread; names and values from it are escaped and cut", async (t) => {
+  const dir = await tempDir();
+  const path = `${dir}/attestation.json`;
+  try {
+    const rows: { name: string; text: string; want: string }[] = [
+      {
+        name: "a 50 MB variant",
+        text: JSON.stringify({ variant: "v".repeat(50_000_000) }),
+        want: "50000014 bytes, larger than the 1048576 bytes an attestation config may have",
+      },
+      {
+        name: "a long variant under the limit",
+        text: JSON.stringify({ variant: "v".repeat(500_000) }),
+        want: `unknown attestation variant "${"v".repeat(63)}…; known: dummy, qemu-vtpm`,
+      },
+      {
+        name: "an unknown field with an escape sequence",
+        text: JSON.stringify({ variant: "dummy", "\x1b[2Jx": 1 }),
+        want: 'unknown field "\\u001b[2Jx" (known: variant, measurements, akTrust)',
+      },
+    ];
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        await Deno.writeTextFile(path, row.text);
+        await assert.rejects(readAttestationConfigFile(path), (error) => {
+          assert.ok(error instanceof CliError, String(error));
+          assert.equal(error.reason, "config");
+          assert.equal(error.message, `attestation config ${path}: ${row.want}`);
+          return true;
+        });
+      });
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("recover: the disk key of the reference vector, to a new 0600 file or as hex on request", async () => {

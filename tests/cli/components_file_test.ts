@@ -64,6 +64,27 @@ Deno.test("components file: mistakes name the file, the element and the field", 
       want: `element 0: unknown field "comment" (known: url, hash, installPath, extract)`,
     },
     {
+      name: "an unknown field with an escape sequence: escaped",
+      text: oneComponent({ "\x1b[2J\x9b2J": "x" }),
+      want: `element 0: unknown field "\\u001b[2J\\u009b2J" (known: url, hash, installPath, extract)`,
+    },
+    {
+      name: "a long unknown field: cut",
+      text: oneComponent({ ["f".repeat(10_000)]: "x" }),
+      want: `element 0: unknown field "${"f".repeat(63)}… (known: url, hash, installPath, extract)`,
+    },
+    {
+      name: "url given twice in one element (JSON.parse would keep the last)",
+      text: `[{"url": "https://example.com/a", "url": "https://example.com/b", "hash": "${HASH}", ` +
+        `"installPath": "/opt/cni/bin", "extract": true}]`,
+      want: `key "url" is given twice in [0]: give each key once`,
+    },
+    {
+      name: "a key given twice in the second element, once escaped",
+      text: `[${JSON.stringify(CNI)}, {"hash": "${HASH}", "h\\u0061sh": "${HASH}"}]`,
+      want: `key "hash" is given twice in [1]: give each key once`,
+    },
+    {
       name: "Go's key spelling is not this file's",
       text: JSON.stringify([{ URL: CNI.url, Hash: HASH, InstallPath: "/opt/cni/bin", Extract: true }]),
       want: `element 0: unknown field "URL"`,
@@ -133,7 +154,14 @@ Deno.test("components file: mistakes name the file, the element and the field", 
     {
       name: "a relative installPath",
       text: oneComponent({ installPath: "opt/cni" }),
-      want: `element 0: "installPath" must be an absolute path other than / without "..", got "opt/cni"`,
+      want:
+        `element 0: "installPath" must be an absolute path other than "/", without "..", control characters or a name over 255 bytes, got "opt/cni"`,
+    },
+    {
+      name: "a NUL in installPath (the node's copy would fail after its lock)",
+      text: oneComponent({ installPath: "/opt/cni/\u0000x" }),
+      want:
+        `element 0: "installPath" must be an absolute path other than "/", without "..", control characters or a name over 255 bytes, got "/opt/cni/\\u0000x"`,
     },
     {
       name: "installPath /",

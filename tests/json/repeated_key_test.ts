@@ -53,6 +53,21 @@ Deno.test("describeRepeatedKey() names the key and where its object is", async (
       repeated: { key: "\x1b[2J", path: ["items", 0, "a.b"] },
       want: 'key "\\u001b[2J" is given twice in items[0]["a.b"]',
     },
+    {
+      name: "a C1 control escaped too (JSON.stringify leaves it)",
+      repeated: { key: "\x9b2J", path: ["\x9b"] },
+      want: 'key "\\u009b2J" is given twice in ["\\u009b"]',
+    },
+    {
+      name: "a long key and path segment: cut",
+      repeated: { key: "k".repeat(100_000), path: ["p".repeat(100_000)] },
+      want: `key "${"k".repeat(63)}… is given twice in ["${"p".repeat(63)}…]`,
+    },
+    {
+      name: "a deep path: cut",
+      repeated: { key: "k", path: Array(100_000).fill(0) },
+      want: `key "k" is given twice in ${"[0]".repeat(66)}[0…`,
+    },
   ];
   for (const row of rows) {
     await t.step(row.name, () => assert.equal(describeRepeatedKey(row.repeated), row.want));

@@ -261,6 +261,52 @@ Deno.test("kubeconfig: missing pieces give exact errors", async () => {
   );
 });
 
+Deno.test("kubeconfig: a server URL's query and fragment are never repeated", async (t) => {
+  const secret = "S3CRETQ";
+  const what = 'server of cluster "kubernetes"';
+  const rows: { name: string; server: string; reason: KubeconfigError["reason"]; want: string }[] = [
+    {
+      name: "a query",
+      server: `https://127.0.0.1:6443/?token=${secret}`,
+      reason: "malformed",
+      want: `${what} has a query or fragment (not repeated here): "https://127.0.0.1:6443/"`,
+    },
+    {
+      name: "a fragment",
+      server: `https://127.0.0.1:6443/api#${secret}`,
+      reason: "malformed",
+      want: `${what} has a query or fragment (not repeated here): "https://127.0.0.1:6443/api"`,
+    },
+    {
+      name: "http with a query",
+      server: `http://127.0.0.1:6443/?token=${secret}`,
+      reason: "unsupported",
+      want: `${what} is not https: "http://127.0.0.1:6443/"`,
+    },
+    {
+      name: "not a URL, with a query",
+      server: `https://[bad/?token=${secret}`,
+      reason: "malformed",
+      want: `${what} is not a URL: "https://[bad/"`,
+    },
+    {
+      name: "an escape sequence before the query: escaped",
+      server: `https://127.0.0.1:6443/\x1b[2J?token=${secret}`,
+      reason: "malformed",
+      want: `${what} has a query or fragment (not repeated here): "https://127.0.0.1:6443/\\u001b[2J"`,
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      await assertKubeconfigError(
+        resolve(adminConf({ clusters: [{ name: "kubernetes", cluster: { server: row.server } }] })),
+        row.reason,
+        row.want,
+      );
+    });
+  }
+});
+
 Deno.test("kubeconfig: unsupported and malformed entries give clear errors", async () => {
   await assertKubeconfigError(
     resolve(adminConf({ users: [{ name: "kubernetes-admin", user: { exec: { command: "aws" } } }] })),
