@@ -17,6 +17,7 @@
  *
  * @module
  */
+import { escapeControlCharacters } from "../json/escape_control.ts";
 import {
   matchText,
   mismatchSummary,
@@ -67,7 +68,8 @@ export function renderVerifyTable(result: VerifyResult, color: boolean): string 
     });
   }
   const why = whyText(result);
-  if (why !== undefined) lines.push(`why: ${why}`);
+  // The validator's message may quote what the node sent.
+  if (why !== undefined) lines.push(`why: ${escapeControlCharacters(why)}`);
   const mismatching = mismatchSummary(result);
   if (mismatching !== undefined) lines.push(mismatching);
   return `${lines.join("\n")}\n`;

@@ -386,6 +386,8 @@ Deno.test("tpm validator: garbage and wrongly typed documents are malformed with
   const goodPcrs = good.pcrs as Record<string, string>;
   const cases: [string, Uint8Array, string][] = [
     ["empty", new Uint8Array(), "not JSON"],
+    // The node's bytes are not quoted back (escape sequences for the operator's terminal).
+    ["escape sequences", new TextEncoder().encode("\x1b]0;PWNED\x07\x1b[31mRED"), "not JSON"],
     ["not UTF-8", new Uint8Array([0xff, 0xfe, 0x00, 0x80]), "not UTF-8"],
     ["random bytes", crypto.getRandomValues(new Uint8Array(512)), "malformed TPM attestation document"],
     ["JSON null", encode(null), "must be a JSON object"],
@@ -440,6 +442,8 @@ Deno.test("tpm validator: garbage and wrongly typed documents are malformed with
       `case "${name}": ${error.message}`,
     );
     assert.equal(error.keyDigest, undefined, `case "${name}"`);
+    // deno-lint-ignore no-control-regex
+    assert.ok(!/[\u0000-\u001f\u007f-\u009f]/.test(error.message), `case "${name}": ${error.message}`);
   }
 });
 

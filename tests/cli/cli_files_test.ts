@@ -493,6 +493,16 @@ Deno.test("verify report: a table of every PCR, mismatches highlighted only with
   }, false);
   assert.match(unknown, /^4 +enforced +unknown +a+ +-$/m);
   assert.match(unknown, /why: attestation key not trusted/);
+  // A validator's message may quote what the node sent: no escape sequence reaches the terminal.
+  const hostile = renderVerifyTable({
+    ...RESULT,
+    reason: "malformed",
+    message: "document is not JSON: \x1b]0;PWNED\x07\x1b[31mRED\u009b2J",
+    pcrs: [],
+  }, false);
+  assert.match(hostile, /why: document is not JSON: \\u001b\]0;PWNED\\u0007\\u001b\[31mRED\\u009b2J/);
+  // deno-lint-ignore no-control-regex
+  assert.ok(!/[\x00-\x09\x0b-\x1f\x7f-\x9f]/.test(hostile), hostile);
 });
 
 Deno.test("init's kubeconfig: where asked, else beside it, else a private temp directory, else an error naming the cluster", async (t) => {

@@ -32,6 +32,7 @@
  *
  * @module
  */
+import { jsonSyntaxError } from "../../json/syntax_error.ts";
 import { primitives } from "../../crypto/primitives.ts";
 import { AttestationError, MAX_EVIDENCE_DOCUMENT_BYTES } from "../attestation.ts";
 import { TpmParseError } from "./reader.ts";
@@ -122,7 +123,8 @@ export function decodeDocument(document: Uint8Array, variant: string): TpmEviden
   try {
     json = JSON.parse(text);
   } catch (error) {
-    throw malformed(`document is not JSON: ${(error as Error).message}`);
+    // The node's bytes are not quoted: they could hold escape sequences for the operator's terminal.
+    throw malformed(`document is not JSON: ${jsonSyntaxError(error)}`);
   }
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
     throw malformed("document must be a JSON object");
