@@ -264,6 +264,7 @@ export async function startLocalApi(options: LocalApiOptions): Promise<LocalApi>
     options.namespaces ??
       ["default", "kube-system", "kube-public", ...(clusterMode ? ["kube-node-lease"] : [])],
     now,
+    { trackChanges: options.stateDir !== undefined },
   );
   const startedAt = now();
   let writer: StateWriter | undefined;

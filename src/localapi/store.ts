@@ -90,8 +90,9 @@ const generateNameAlphabet = "bcdfghjklmnpqrstvwxz2456789";
 /** Objects of the local API, with the real server's write semantics. */
 export class ObjectStore {
   #objects = new Map<string, Stored>();
-  /** Paths changed since the last {@linkcode takeChanges}. */
+  /** Paths changed since the last {@linkcode takeChanges}; none kept without a journal to take them. */
   #changed = new Set<string>();
+  #trackChanges: boolean;
   #resourceVersion = 1000;
   #namespaces: Set<string>;
   #now: () => string;
@@ -101,10 +102,13 @@ export class ObjectStore {
    *
    * @param namespaces namespaces that exist (objects can only be created in these)
    * @param now the current time as RFC 3339
+   * @param options `trackChanges: false` when nothing calls {@linkcode takeChanges} (no state directory):
+   * the changed paths would otherwise pile up, one per bootstrap token ever written
    */
-  constructor(namespaces: Iterable<string>, now: () => string) {
+  constructor(namespaces: Iterable<string>, now: () => string, options: { trackChanges?: boolean } = {}) {
     this.#namespaces = new Set(namespaces);
     this.#now = now;
+    this.#trackChanges = options.trackChanges ?? true;
   }
 
   /** Namespaces that exist. */
@@ -197,7 +201,7 @@ export class ObjectStore {
     const stored: Stored = { object, managers: new Map() };
     this.#own(stored, manager, operation, leaves(object).keys(), route.resource);
     this.#objects.set(objectPath(target), stored);
-    this.#changed.add(objectPath(target));
+    this.#recordChange(objectPath(target));
     return this.#render(stored);
   }
 
@@ -215,7 +219,7 @@ export class ObjectStore {
     validateContent(route.resource, object, route.name!);
     checkImmutable(route, stored.object, object);
     const owned = changedLeaves(stored.object, object);
-    this.#changed.add(objectPath(route));
+    this.#recordChange(objectPath(route));
     return this.#render(this.#write(stored, object, manager, "Update", route.resource, owned));
   }
 
@@ -262,7 +266,7 @@ export class ObjectStore {
     validateContent(route.resource, next, route.name!);
     checkImmutable(route, stored.object, next);
     stored.managers.delete(manager);
-    this.#changed.add(objectPath(route));
+    this.#recordChange(objectPath(route));
     const result = this.#write(stored, next, manager, "Apply", route.resource, new Set(applied.keys()));
     return { code: 200, object: this.#render(result) };
   }
@@ -278,14 +282,14 @@ export class ObjectStore {
       throw preconditionFailed(route, preconditions.uid, storedUid);
     }
     this.#objects.delete(objectPath(route));
-    this.#changed.add(objectPath(route));
+    this.#recordChange(objectPath(route));
     return this.#render(stored);
   }
 
   /** Deletes the object at `route` if it exists; returns whether it did. */
   remove(route: Route): boolean {
     const removed = this.#objects.delete(objectPath(route));
-    if (removed) this.#changed.add(objectPath(route));
+    if (removed) this.#recordChange(objectPath(route));
     return removed;
   }
 
@@ -296,7 +300,7 @@ export class ObjectStore {
     const stored = this.#objects.get(objectPath(route));
     if (!stored) return this.create(route, fixture, manager, "Update");
     const owned = new Set(leaves(fixture).keys());
-    this.#changed.add(objectPath(route));
+    this.#recordChange(objectPath(route));
     return this.#render(this.#write(stored, fixture, manager, "Update", route.resource, owned));
   }
 
@@ -309,9 +313,14 @@ export class ObjectStore {
     };
   }
 
+  #recordChange(path: string): void {
+    if (this.#trackChanges) this.#changed.add(path);
+  }
+
   /**
    * The objects created, changed or deleted since the last call (or since
    * {@linkcode restore}), each with its state now: what a journal appends.
+   * None when the store does not track changes.
    */
   takeChanges(): StoreChange[] {
     const changes = [...this.#changed].map((path) => {

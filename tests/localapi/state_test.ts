@@ -179,3 +179,16 @@ Deno.test("state: a damaged journal line before the last one stops the load, nam
     await assert.rejects(loadState(dir), new RegExp(`${JOURNAL_FILE} line 2 is not valid JSON`));
   });
 });
+
+Deno.test("state: a store without a journal keeps no changes (one path per token ever written piled up)", () => {
+  const untracked = new ObjectStore(["kube-system"], () => NOW, { trackChanges: false });
+  const tracked = newStore();
+  for (const store of [untracked, tracked]) {
+    for (let i = 0; i < 100; i++) {
+      create(store, `bootstrap-token-${i}`);
+      store.remove(secret(`bootstrap-token-${i}`));
+    }
+  }
+  assert.deepEqual(untracked.takeChanges(), []);
+  assert.equal(tracked.takeChanges().length, 100);
+});
