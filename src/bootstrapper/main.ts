@@ -24,6 +24,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { createIssuer } from "../attestation/issuers.ts";
 import { knownVariants } from "../attestation/registry.ts";
 import type { Issuer } from "../attestation/attestation.ts";
@@ -106,7 +107,7 @@ export async function main(args: string[]): Promise<number> {
     if (flags.command === "rejoin") return await runRejoin(flags, node, stop.signal);
     return await runBootstrapper(node.runDependencies, { signal: stop.signal });
   } catch (err) {
-    logger.error(`bootstrapper failed: ${err instanceof Error ? err.message : String(err)}`);
+    logger.error(`bootstrapper failed: ${errorMessage(err)}`);
     return EXIT_FAILURE;
   } finally {
     await closeIssuer(node.issuer, logger);
@@ -164,7 +165,9 @@ async function prepare(
   const binding = {
     isBound: (o?: { signal?: AbortSignal }) => tpm ? isNodeBound(tpm, o) : fileMarker!.isBound(),
   };
-  // Reads PCR 15 once now, so an unreachable TPM stops the process before it listens.
+  // Reads PCR 15 once now, so an unreachable TPM stops the process before it listens; a TPM that does not
+  // answer ends it at the tools' deadline (TPM_TOOL_TIMEOUT_MS), after this line said what it waited for.
+  if (tpm) logger.info("reading the node's binding (PCR 15) from the TPM", { tcti: tpm.tcti });
   await binding.isBound({ signal });
 
   const issuer = await createIssuer(flags.attestationVariant, {

@@ -9,6 +9,7 @@
  * @module
  */
 import type { Logger } from "../log/logger.ts";
+import { systemTimers, type Timers, withDeadline } from "./retry.ts";
 
 /** Options of calls that can wait. */
 export interface SignalOptions {
@@ -70,10 +71,15 @@ export interface RunDependencies {
   runJoinClient(hooks: LockHooks, options: { signal: AbortSignal }): Promise<void>;
   /** Receives one line per phase. */
   logger: Logger;
+  /** Deadlines' time; default real time. */
+  timers?: Timers;
 }
 
 /** Exit status of a terminal failure. */
 export const EXIT_FAILURE = 1;
+
+/** How long starting a bound node's kubelet may take (the original's 10 minutes). */
+export const KUBELET_START_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * Runs the bootstrapper once: resolves to the process's exit status (0 once
@@ -92,7 +98,15 @@ export async function runBootstrapper(deps: RunDependencies, options: SignalOpti
       return fail(logger, { ok: false, error: error as Error }, "node is bound to a cluster but not set up");
     }
     logger.info("node is bound to a cluster (PCR 15 set): starting the kubelet");
-    await deps.kubelet.startKubelet(options);
+    // A start job that never ends must end this run (systemd then restarts the bootstrapper), as the original
+    // gave up after 10 minutes.
+    await withDeadline(
+      deps.timers ?? systemTimers,
+      "starting the kubelet",
+      KUBELET_START_TIMEOUT_MS,
+      options.signal,
+      (signal) => deps.kubelet.startKubelet({ signal }),
+    );
     logger.info("kubelet started; bootstrapper done");
     return 0;
   }

@@ -84,3 +84,35 @@ Deno.test("tpm pcr: a failing tool gives a TpmToolError naming the tool and its 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("tpm pcr: a TPM that never answers: the tool is killed at its deadline, a TpmToolError naming the TPM", async () => {
+  const dir = await Deno.makeTempDir();
+  // TCTI sockets (commands, and the control channel beside them) that accept and never answer: a hung TPM.
+  const listeners = [`${dir}/tpm.sock`, `${dir}/tpm.sock.ctrl`].map((path) =>
+    Deno.listen({ transport: "unix", path })
+  );
+  const held: Deno.Conn[] = [];
+  const accepting = Promise.all(listeners.map(async (listener) => {
+    for await (const conn of listener) held.push(conn);
+  }));
+  try {
+    const tpm = { tcti: `swtpm:path=${dir}/tpm.sock`, toolTimeoutMs: 500 };
+    const started = performance.now();
+    await assert.rejects(readPcr(tpm, 15), (error: unknown) => {
+      assert.ok(error instanceof TpmToolError, String(error));
+      assert.equal(error.tool, "tpm2_pcrread");
+      assert.equal(error.exitCode, null);
+      assert.equal(
+        error.message,
+        `tpm2_pcrread: no answer from the TPM (swtpm:path=${dir}/tpm.sock) within 500 ms`,
+      );
+      return true;
+    });
+    assert.ok(performance.now() - started < 10_000, "killed at its deadline, not left waiting");
+  } finally {
+    for (const listener of listeners) listener.close();
+    await accepting.catch(() => {});
+    for (const conn of held) conn.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -2,11 +2,13 @@ import assert from "node:assert/strict";
 import { createLogger } from "../../src/log/logger.ts";
 import {
   EXIT_FAILURE,
+  KUBELET_START_TIMEOUT_MS,
   type LockHooks,
   type Outcome,
   runBootstrapper,
   type RunDependencies,
 } from "../../src/bootstrapper/run.ts";
+import { ManualTimers } from "./support.ts";
 
 /** What a scripted side does once started. */
 type Script =
@@ -222,4 +224,26 @@ Deno.test("a PCR 15 that cannot be read stops the bootstrapper before it serves 
   w.deps.binding = { isBound: () => Promise.reject(new Error("tpm2_pcrread: no TPM at device:/dev/tpmrm0")) };
   await assert.rejects(runBootstrapper(w.deps), /no TPM/);
   assert.deepEqual(w.events, []);
+});
+
+Deno.test("a bound node whose kubelet start never ends: the run ends at the 10-minute deadline, the start cancelled", async () => {
+  const w = world({ bound: true });
+  const timers = new ManualTimers();
+  let cancelled: unknown;
+  w.deps.timers = timers;
+  w.deps.kubelet = {
+    startKubelet: ({ signal } = {}) =>
+      new Promise((_resolve, reject) => {
+        signal?.addEventListener("abort", () => {
+          cancelled = signal.reason;
+          reject(signal.reason);
+        });
+      }),
+  };
+  const run = runBootstrapper(w.deps);
+  for (let i = 0; i < 20 && !timers.pending.includes(KUBELET_START_TIMEOUT_MS); i++) await Promise.resolve();
+  assert.equal(KUBELET_START_TIMEOUT_MS, 600_000);
+  assert.ok(timers.fire(KUBELET_START_TIMEOUT_MS), `pending: ${timers.pending}`);
+  await assert.rejects(run, /^DeadlineError: starting the kubelet: no answer within 600000 ms$/);
+  assert.ok(cancelled instanceof Error, "the start job was cancelled");
 });

@@ -26,7 +26,17 @@ export const DEFAULT_TCTI = "device:/dev/tpmrm0";
 export interface TpmConnection {
   /** A tpm2-tools TCTI string, e.g. "device:/dev/tpmrm0" or "swtpm:host=127.0.0.1,port=2321". */
   readonly tcti: string;
+  /** How long one tool may take; default {@linkcode TPM_TOOL_TIMEOUT_MS}. */
+  readonly toolTimeoutMs?: number;
 }
+
+/**
+ * How long one tpm2-tools run may take before it is killed: a TPM (or a TCTI
+ * socket) that never answers must end in an error naming the TPM, not hold a
+ * node's boot without a word. Generous: creating an RSA primary key takes a
+ * slow discrete TPM tens of seconds.
+ */
+export const TPM_TOOL_TIMEOUT_MS = 120_000;
 
 /** A tpm2-tools program could not run or failed. */
 export class TpmToolError extends Error {
@@ -127,14 +137,26 @@ async function run(
   args: string[],
   { signal, stdin }: RunTpmToolOptions = {},
 ): Promise<Uint8Array> {
+  const timeoutMs = tpm.toolTimeoutMs ?? TPM_TOOL_TIMEOUT_MS;
+  const deadline = new AbortController();
+  const timer = setTimeout(() => deadline.abort(), timeoutMs);
   let output: ToolOutput;
   try {
-    output = await runTool(tool, args, { env: { TPM2TOOLS_TCTI: tpm.tcti }, stdin, signal });
+    output = await runTool(tool, args, {
+      env: { TPM2TOOLS_TCTI: tpm.tcti },
+      stdin,
+      signal: signal ? AbortSignal.any([signal, deadline.signal]) : deadline.signal,
+    });
   } catch (error) {
     if (!(error instanceof ToolError)) throw error;
     switch (error.reason) {
       case "aborted":
-        throw signal?.reason ?? error;
+        if (signal?.aborted) throw signal.reason;
+        throw new TpmToolError(
+          tool,
+          null,
+          `${tool}: no answer from the TPM (${tpm.tcti}) within ${timeoutMs} ms`,
+        );
       case "not-found":
         throw new TpmToolError(tool, null, `${tool} not found: install tpm2-tools`);
       case "not-permitted":
@@ -142,6 +164,8 @@ async function run(
       default:
         throw new TpmToolError(tool, null, error.message);
     }
+  } finally {
+    clearTimeout(timer);
   }
   if (!output.success) {
     throw new TpmToolError(
