@@ -119,14 +119,6 @@ export class AttestationError extends Error {
   }
 }
 
-/** Constant-time equality of two byte arrays. */
-export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
-  if (a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a[i] ^ b[i];
-  return diff === 0;
-}
-
 /**
  * Which attestation keys a TPM validator trusts: an allow-list of key
  * digests (lower-case hex SHA-256, see the TPM variant's docs), or any key,

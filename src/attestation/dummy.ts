@@ -8,9 +8,9 @@
  *
  * @module
  */
+import { bytesEqual } from "../bytes/equal.ts";
 import {
   AttestationError,
-  bytesEqual,
   type Issuer,
   REPORT_DATA_LENGTH,
   type Validator,

@@ -22,7 +22,8 @@
  */
 import { primitives } from "../crypto/primitives.ts";
 import { quoted } from "../json/quoted.ts";
-import { bytesEqual, type Measurement, type Measurements } from "./attestation.ts";
+import { bytesEqual } from "../bytes/equal.ts";
+import type { Measurement, Measurements } from "./attestation.ts";
 
 /** Highest accepted measurement index (TPM 2.0 PCR 23). */
 export const MAX_MEASUREMENT_INDEX = 23;

@@ -69,14 +69,26 @@ export async function main(args: string[]): Promise<number> {
       description: "salt",
       minLength: MASTER_SALT_MIN_LENGTH,
     });
+    const refuse = (message: string): never => {
+      masterSecret.fill(0);
+      salt.fill(0);
+      throw new Error(message);
+    };
     for (const [path, bytes] of [[flags.masterSecretPath, masterSecret], [flags.saltPath, salt]] as const) {
       if (isCliMasterSecretFile(bytes)) {
-        masterSecret.fill(0);
-        salt.fill(0);
-        throw new Error(
+        refuse(
           `${path} is the CLI's master secret file (JSON with "key" and "salt"); the key service reads raw bytes: --master-secret and --salt as the constellation-mastersecret Secret's mastersecret and salt`,
         );
       }
+      if (isBase64Line(bytes)) {
+        refuse(
+          `${path} holds a line of base64 text, not raw bytes: decode it first (base64 -d), as Kubernetes does when it mounts the constellation-mastersecret Secret`,
+        );
+      }
+    }
+    // Equal bytes may be meant (the original's test vectors use zeros for both); one file for both is a slip.
+    if (await Deno.realPath(flags.masterSecretPath) === await Deno.realPath(flags.saltPath)) {
+      refuse(`--master-secret ${flags.masterSecretPath} and --salt ${flags.saltPath} are the same file`);
     }
     const kms = new ClusterKms(masterSecret, salt);
     masterSecret.fill(0);
@@ -114,6 +126,16 @@ function isCliMasterSecretFile(bytes: Uint8Array): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * Whether `bytes` is one line of base64 text (the Secret's value as `kubectl get -o yaml` shows it, saved
+ * with a line break): its text would silently become the key. A random secret ends in a line break with
+ * every other byte in the base64 alphabet about once in 10¹⁹ times for the shortest (16 bytes).
+ */
+function isBase64Line(bytes: Uint8Array): boolean {
+  const text = new TextDecoder().decode(bytes);
+  return /^[A-Za-z0-9+/]+={0,2}\r?\n$/.test(text) && text.trimEnd().length % 4 === 0;
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));

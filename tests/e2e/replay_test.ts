@@ -17,6 +17,7 @@
  * `curl --insecure` accepts the join service's self-signed certificate, as
  * the bootstrapper does (its tickets are sealed to the node's attested key).
  */
+import { bytesEqual } from "../../src/bytes/equal.ts";
 import assert from "node:assert/strict";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, createClient } from "@connectrpc/connect";
@@ -126,10 +127,6 @@ async function auditLines(logFile: string, count: number): Promise<AuditLine[]> 
     if (lines.length >= count || Date.now() > deadline) return lines;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-}
-
-function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
-  return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }
 
 /** `<id>.<secret>`: the secret part is never printed. */

@@ -196,6 +196,9 @@ Deno.test("the key service process refuses to start without usable secrets, in o
     cliFile,
     JSON.stringify({ key: cliKey, salt: new Uint8Array(32).toBase64() }) + "\n",
   );
+  // The Secret's value as `kubectl get -o yaml` shows it, saved with a line break.
+  const base64File = `${ok.dir}/mastersecret.b64`;
+  await Deno.writeTextFile(base64File, `${cliKey}\n`);
   try {
     const cases: { name: string; allowRead: string[]; flags: string[]; file: string; problem: RegExp }[] = [
       {
@@ -225,6 +228,20 @@ Deno.test("the key service process refuses to start without usable secrets, in o
         flags: ["--master-secret", cliFile, "--salt", ok.saltPath],
         file: cliFile,
         problem: /is the CLI's master secret file .* reads raw bytes/,
+      },
+      {
+        name: "a line of base64 text where the raw secret goes",
+        allowRead: [base64File, ok.saltPath],
+        flags: ["--master-secret", base64File, "--salt", ok.saltPath],
+        file: base64File,
+        problem: /holds a line of base64 text, not raw bytes: decode it first/,
+      },
+      {
+        name: "the same file as master secret and salt",
+        allowRead: [ok.saltPath],
+        flags: ["--master-secret", ok.saltPath, "--salt", ok.saltPath],
+        file: ok.saltPath,
+        problem: /--master-secret .* and --salt .* are the same file/,
       },
       {
         name: "a master secret outside the permission set",

@@ -62,9 +62,9 @@
  *
  * @module
  */
+import { bytesEqual } from "../../bytes/equal.ts";
 import {
   AttestationError,
-  bytesEqual,
   type Issuer,
   MAX_EVIDENCE_DOCUMENT_BYTES,
   REPORT_DATA_LENGTH,

@@ -54,10 +54,10 @@
  *
  * @module
  */
+import { bytesEqual } from "../../bytes/equal.ts";
 import {
   type AkTrust,
   AttestationError,
-  bytesEqual,
   type MeasurementMismatch,
   type Measurements,
   trusts,
