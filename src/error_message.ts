@@ -8,3 +8,8 @@
 export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/** The first line of {@linkcode errorMessage}: what fits one log line (a tool's stderr may follow). */
+export function errorFirstLine(error: unknown): string {
+  return errorMessage(error).split("\n")[0];
+}

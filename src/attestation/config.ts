@@ -51,6 +51,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { ReasonError } from "../reason_error.ts";
 import { readRegularFile } from "../fs/read_regular_file.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
@@ -359,7 +360,7 @@ export async function readConfigText(path: string, signal?: AbortSignal): Promis
     if (signal?.aborted) throw error;
     throw new AttestationConfigError(
       "unreadable",
-      `cannot read attestation config ${path}: ${errorText(error)}`,
+      `cannot read attestation config ${path}: ${errorMessage(error)}`,
       {
         cause: error,
       },
@@ -378,10 +379,6 @@ export async function readConfigText(path: string, signal?: AbortSignal): Promis
       cause: error,
     });
   }
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /** How the trusted attestation keys changed between two configs (for reload logs). */

@@ -50,6 +50,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { create } from "@bufbuild/protobuf";
 import { Code, type ServiceImpl } from "@connectrpc/connect";
 import bcrypt from "bcryptjs";
@@ -816,7 +817,7 @@ async function step<T>(reason: InitServerReason, what: string, run: () => Promis
   try {
     return await run();
   } catch (error) {
-    const detail = error instanceof Error ? error.message : String(error);
+    const detail = errorMessage(error);
     throw rejectInit(reason, `${what}: ${detail}`, { cause: error });
   }
 }

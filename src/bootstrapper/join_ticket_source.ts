@@ -24,6 +24,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { create, fromBinary, type Message } from "@bufbuild/protobuf";
 import type { GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
@@ -239,6 +240,6 @@ function ticketError(endpoint: string, error: unknown): TicketError {
       code: error.code,
     });
   }
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   return new TicketError(endpoint, "unreachable", message, { cause: error });
 }

@@ -24,6 +24,7 @@
  *
  * @module
  */
+import { errorFirstLine } from "../error_message.ts";
 import { errorMessage } from "../error_message.ts";
 import { createIssuer } from "../attestation/issuers.ts";
 import { knownVariants } from "../attestation/registry.ts";
@@ -100,7 +101,7 @@ export async function main(args: string[]): Promise<number> {
   try {
     node = await prepare(flags, paths, logger, stop.signal);
   } catch (err) {
-    logger.error(`cannot start: ${(err instanceof Error ? err.message : String(err)).split("\n")[0]}`);
+    logger.error(`cannot start: ${errorFirstLine(err)}`);
     return EXIT_FAILURE;
   }
   try {

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { sleep } from "../async/sleep.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
@@ -130,6 +131,6 @@ export function errorFields(error: unknown): { reason?: string; error: string } 
       typeof error.reason === "string"
     ? error.reason
     : undefined;
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   return reason === undefined ? { error: message } : { reason, error: message };
 }

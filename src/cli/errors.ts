@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { ReasonError } from "../reason_error.ts";
 
 /** What went wrong, machine-readable (tests and the JSON output branch on it). */
@@ -25,6 +26,6 @@ export class CliError extends ReasonError<CliFailure> {}
 
 /** The first line of an error's message (never its stack). */
 export function errorLine(error: unknown): string {
-  const text = error instanceof Error ? error.message : String(error);
+  const text = errorMessage(error);
   return text.split("\n")[0];
 }

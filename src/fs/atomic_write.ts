@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { errorFirstLine } from "../error_message.ts";
 import { basename, dirname } from "node:path";
 import { ReasonError } from "../reason_error.ts";
 
@@ -82,7 +83,7 @@ export async function writeFileAtomic(
     if (signal?.aborted) {
       throw new AtomicWriteError("aborted", path, `writing ${path} was aborted`, { cause: signal.reason });
     }
-    throw new AtomicWriteError("failed", path, `writing ${path}: ${firstLine(error)}`, { cause: error });
+    throw new AtomicWriteError("failed", path, `writing ${path}: ${errorFirstLine(error)}`, { cause: error });
   }
 }
 
@@ -109,8 +110,4 @@ export async function syncDirectory(directory: string): Promise<void> {
   } finally {
     handle.close();
   }
-}
-
-function firstLine(error: unknown): string {
-  return (error instanceof Error ? error.message : String(error)).split("\n")[0];
 }

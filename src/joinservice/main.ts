@@ -39,6 +39,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { knownVariants } from "../attestation/registry.ts";
 import { AttestationConfigWatcher } from "../attestation/watcher.ts";
 import { systemClock } from "../clock.ts";
@@ -101,7 +102,7 @@ export async function main(args: string[]): Promise<number> {
   try {
     running = await start(flags, logger);
   } catch (err) {
-    const message = err instanceof Error ? err.message : String(err);
+    const message = errorMessage(err);
     logger.error(`cannot start: ${message.split("\n")[0]}`);
     return EXIT_FAILURE;
   }

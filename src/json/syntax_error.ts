@@ -6,11 +6,12 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { escapeControlCharacters } from "./escape_control.ts";
 
 /** `error`'s message (from `JSON.parse`) without quoted text, on one line, control characters escaped. */
 export function jsonSyntaxError(error: unknown): string {
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   return escapeControlCharacters(
     message
       // The excerpt, shortened with "..." on either side for a longer text.

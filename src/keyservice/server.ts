@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import {
@@ -64,7 +65,7 @@ export function keyServiceRoutes(options: KeyServiceOptions): (router: ConnectRo
       return await options.kms.getDek(dataKeyInfo(dataKeyId), length);
     } catch (err) {
       logger.error("deriving data key failed", { keyId: truncateForLog(dataKeyId), length, error: err });
-      throw new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal);
+      throw new ConnectError(errorMessage(err), Code.Internal);
     }
   };
   const getDataKey = async (

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { ReasonError } from "../reason_error.ts";
 
 /** kubeadm's exit codes (`cmd/kubeadm/app/util/error.go`). */
@@ -45,7 +46,7 @@ export class KubeadmSimError extends ReasonError<KubeadmSimFailure> {
         exitCode: error.exitCode,
       });
     }
-    const message = error instanceof Error ? error.message : String(error);
+    const message = errorMessage(error);
     return new KubeadmSimError("io", `error execution phase ${phase}: ${message}`);
   }
 }

@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { REDACTED, redactTokens } from "../kubernetes/bootstrap_token.ts";
 import { type Invocation, parseArgs, takeRoot } from "./args.ts";
 import { type CommandOutcome, runInit, runJoin, runKubeconfigUser } from "./commands.ts";
@@ -76,9 +77,7 @@ export async function runKubeadmSim(argv: readonly string[], options: RunOptions
     }
     stdout = outcome.stdout;
   } catch (error) {
-    const failure = error instanceof KubeadmSimError
-      ? error
-      : new KubeadmSimError("io", error instanceof Error ? error.message : String(error));
+    const failure = error instanceof KubeadmSimError ? error : new KubeadmSimError("io", errorMessage(error));
     record.exitCode = failure.exitCode;
     record.error = { reason: failure.reason, message: redactTokens(failure.message, secrets) };
     stderr += `${record.error.message}\n`;

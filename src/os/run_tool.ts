@@ -14,6 +14,7 @@
  *
  * @module
  */
+import { errorFirstLine } from "../error_message.ts";
 import { concatBytes } from "../bytes/concat.ts";
 import { ReasonError } from "../reason_error.ts";
 
@@ -113,7 +114,7 @@ export async function runTool(binary: string, args: readonly string[], options: 
         },
       );
     }
-    throw new ToolError("start-failed", binary, `${binary} could not start: ${firstLine(error)}`, {
+    throw new ToolError("start-failed", binary, `${binary} could not start: ${errorFirstLine(error)}`, {
       cause: error,
     });
   }
@@ -198,8 +199,4 @@ async function writeAndClose(stream: WritableStream<Uint8Array>, bytes: Uint8Arr
   } finally {
     await writer.close();
   }
-}
-
-function firstLine(error: unknown): string {
-  return (error instanceof Error ? error.message : String(error)).split("\n")[0];
 }

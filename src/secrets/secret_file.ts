@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { errorFirstLine } from "../error_message.ts";
 import { ReasonError } from "../reason_error.ts";
 import { readRegularFile } from "../fs/read_regular_file.ts";
 
@@ -64,7 +65,7 @@ export async function readSecretFile(path: string, options: ReadSecretFileOption
         cause: err,
       });
     }
-    throw new SecretFileError("unreadable", path, `${what}: cannot be read: ${firstLine(err)}`, {
+    throw new SecretFileError("unreadable", path, `${what}: cannot be read: ${errorFirstLine(err)}`, {
       cause: err,
     });
   }
@@ -77,8 +78,4 @@ export async function readSecretFile(path: string, options: ReadSecretFileOption
     );
   }
   return bytes;
-}
-
-function firstLine(err: unknown): string {
-  return (err instanceof Error ? err.message : String(err)).split("\n")[0];
 }

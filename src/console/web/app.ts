@@ -10,6 +10,7 @@
  *
  * @module
  */
+import { errorMessage } from "../../error_message.ts";
 import { setUpClusterView } from "./cluster.ts";
 import { setUpDashboard, watchJoinService } from "./dashboard.ts";
 import { byId } from "./dom.ts";
@@ -48,7 +49,7 @@ function currentView(fallback: View): View {
 /** Says on the page that something failed (`what`), so a failure never leaves a blank or silent page. */
 function pageError(what: string, error: unknown): void {
   const box = byId("startup-error");
-  box.textContent = `${what}: ${error instanceof Error ? error.message : String(error)}`;
+  box.textContent = `${what}: ${errorMessage(error)}`;
   box.hidden = false;
 }
 
