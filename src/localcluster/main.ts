@@ -17,11 +17,12 @@
  * @module
  */
 import { commandLine } from "../flags/flags.ts";
+import { quoted } from "../json/quoted.ts";
 import { resolve } from "node:path";
 import { type LocalCluster, recoverableNodes, recoverLocalCluster, startLocalCluster } from "./cluster.ts";
 import type { ClusterStatus } from "./status.ts";
 import { CLUSTER_USAGE, type ClusterCommand, parseClusterArgs } from "./flags.ts";
-import { readStatus, STATUS_FILE, stopCluster, supervisorRuns } from "./status.ts";
+import { readStatus, stateDirProblem, STATUS_FILE, stopCluster, supervisorRuns } from "./status.ts";
 import { createLiveView, nodeTable, summary } from "./view.ts";
 
 const encoder = new TextEncoder();
@@ -62,13 +63,16 @@ export async function main(args: string[]): Promise<number> {
  * Refuses a state directory (`given` as the operator wrote it, resolved to
  * `stateDir`) that is a file or lies below one: every command would
  * otherwise fail with the system's "Not a directory", naming no path; and
- * one whose path holds a comma, which would split the lists it goes into. One
- * that does not exist is fine: `up` creates it, the others say no cluster
- * is there.
+ * one whose path holds a comma, which would split the lists it goes into;
+ * and the root, which every process's command line names (processes are
+ * told as the cluster's by naming the state directory). One that does not
+ * exist is fine: `up` creates it, the others say no cluster is there.
  */
 async function checkStateDir(given: string, stateDir: string): Promise<void> {
   // Node paths go into comma-separated lists: swtpm's options and Deno's --allow-* flags.
   if (stateDir.includes(",")) throw new Error(`--state-dir ${given} names a path with a comma (${stateDir})`);
+  const problem = stateDirProblem(stateDir);
+  if (problem !== undefined) throw new Error(`--state-dir ${given}: ${problem}`);
   try {
     if ((await Deno.stat(stateDir)).isDirectory) return;
   } catch (error) {
@@ -87,7 +91,7 @@ async function up(command: Extract<ClusterCommand, { command: "up" }>, stateDir:
       );
     }
     await lockStateDir(stateDir);
-    await stopCluster(previous); // leftovers of a crashed run
+    await stopCluster(stateDir, previous); // leftovers of a crashed run
     for await (const entry of Deno.readDir(stateDir)) {
       if (entry.name !== LOCK_FILE) await Deno.remove(`${stateDir}/${entry.name}`, { recursive: true });
     }
@@ -130,7 +134,7 @@ async function recover(
     );
   }
   await lockStateDir(stateDir);
-  await stopCluster(previous); // leftovers of a crashed run, and its network
+  await stopCluster(stateDir, previous); // leftovers of a crashed run, and its network
   const recoverable = new Set((await recoverableNodes(stateDir)).map((node) => node.name));
   const left = previous.nodes.filter((node) => !recoverable.has(node.name)).map((node) => node.name);
   print(
@@ -207,10 +211,12 @@ async function status(stateDir: string, output: "table" | "json"): Promise<numbe
 async function down(stateDir: string): Promise<number> {
   const status = await readStatus(stateDir);
   if (status === undefined) throw new Error(`no cluster in ${stateDir}`);
-  const { stopped, network } = await stopCluster(status);
+  const { stopped, network } = await stopCluster(stateDir, status);
   const what = {
     removed: ", removed the network",
-    "not-ours": `, left the network: bridge ${status.network.bridge} belongs to another cluster now`,
+    "not-ours": `, left the network alone: bridge ${
+      quoted(status.network.bridge)
+    } and its namespaces are not provably this cluster's (another cluster's now, or names cluster up did not record)`,
     none: "",
   }[network];
   print(`Stopped ${stopped.length} process(es)${what}.\n`);

@@ -231,9 +231,12 @@ async function netnsNetwork(
  * bridge. Missing ones are skipped; it is safe to call twice. A bridge of
  * that name marked with another owner belongs to another cluster (these
  * names were removed and taken again): then nothing is touched, and false
- * is returned.
+ * is returned. So are names a network never gets (a namespace not named
+ * after the bridge, as a hand-edited status file may hold): only the
+ * bridge's mark tells a namespace, and the processes in it, as its owner's.
  */
 export async function removeNetwork(names: NetworkNames): Promise<boolean> {
+  if (!networkGaveNames(names)) return false;
   if (names.bridge !== "") {
     const show = await runTool("ip", ["-j", "-d", "link", "show", "dev", names.bridge]);
     // An unreadable answer is treated as another owner's: never remove what might not be ours.
@@ -249,6 +252,17 @@ export async function removeNetwork(names: NetworkNames): Promise<boolean> {
   }
   if (names.bridge !== "") await runTool("ip", ["link", "del", names.bridge]);
   return true;
+}
+
+/**
+ * Whether a netns network gives names like `names`: bridge `c11n<n>` (none
+ * before it is created), namespaces `<bridge>-node<i>`.
+ */
+function networkGaveNames(names: NetworkNames): boolean {
+  if (names.bridge === "") return names.namespaces.length === 0;
+  if (!new RegExp(`^${BRIDGE_PREFIX}\\d+$`).test(names.bridge)) return false;
+  const namespace = new RegExp(`^${names.bridge}-node\\d+$`);
+  return names.namespaces.every((name) => namespace.test(name));
 }
 
 /** The interface alias in `ip -j link show`'s answer; null when there is none or it cannot be read. */

@@ -7,11 +7,13 @@
  *
  * @module
  */
+import { isAbsolute, resolve } from "node:path";
 import { writeFileAtomic } from "../fs/atomic_write.ts";
+import { quoted } from "../json/quoted.ts";
 import { commandLineOf, signalProcess, startTimeOf } from "../os/processes.ts";
 import type { NetworkKind, NetworkNames } from "./network.ts";
 import { removeNetwork } from "./network.ts";
-import type { PhaseState } from "./phase.ts";
+import type { NodePhase, PhaseState } from "./phase.ts";
 
 /** The status file's name in the state directory. */
 export const STATUS_FILE = "cluster.json";
@@ -91,49 +93,178 @@ export interface ClusterStatus {
   processes: ProcessRecord[];
 }
 
-/** Reads `<stateDir>/cluster.json`; undefined when there is none. */
+/**
+ * Why `stateDir` cannot be a cluster's state directory, if it cannot: it must
+ * be absolute, in normal form (as `path.resolve` gives it), and not the root.
+ * The cluster's processes are told by their command lines naming it
+ * ({@linkcode namesPath}): nearly every command line names "/" or "".
+ */
+export function stateDirProblem(stateDir: string): string | undefined {
+  if (!isAbsolute(stateDir) || resolve(stateDir) !== stateDir) {
+    return `${quoted(stateDir, 200)} is not an absolute path in normal form`;
+  }
+  if (stateDir === "/") return "the root directory cannot be a cluster's state directory";
+  return undefined;
+}
+
+/**
+ * Reads `<stateDir>/cluster.json`; undefined when there is none. `stateDir`
+ * is the state directory as given (see {@linkcode stateDirProblem}); a file
+ * that records another one, or lacks or has a wrong value in any field the
+ * commands use, is refused, naming the field.
+ */
 export async function readStatus(stateDir: string): Promise<ClusterStatus | undefined> {
+  const dirProblem = stateDirProblem(stateDir);
+  if (dirProblem !== undefined) throw new Error(`not a state directory: ${dirProblem}`);
+  const file = `${stateDir}/${STATUS_FILE}`;
   let text;
   try {
-    text = await Deno.readTextFile(`${stateDir}/${STATUS_FILE}`);
+    text = await Deno.readTextFile(file);
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return undefined;
     throw error;
   }
   let status: unknown;
+  let problem: string | undefined;
   try {
     status = JSON.parse(text);
   } catch {
-    throw new Error(
-      `${stateDir}/${STATUS_FILE} is not a cluster status file (not JSON); remove the directory`,
-    );
+    problem = "not JSON";
   }
-  const problem = statusShapeProblem(status);
+  problem ??= statusProblem(status, stateDir);
   if (problem !== undefined) {
     throw new Error(
-      `${stateDir}/${STATUS_FILE} is not a cluster status file (${problem}); remove the directory`,
+      `${file} is not a cluster status file that cluster up wrote (${problem}); nothing was done: look at it, or remove the directory`,
     );
   }
   return status as ClusterStatus;
 }
 
-/** What is wrong with the shape of a parsed status file (the fields the commands rely on), if anything. */
-function statusShapeProblem(status: unknown): string | undefined {
+/** What is wrong with a parsed status file of state directory `stateDir`, if anything. */
+function statusProblem(status: unknown, stateDir: string): string | undefined {
   if (typeof status !== "object" || status === null || Array.isArray(status)) return "not a JSON object";
-  const record = status as Record<string, unknown>;
-  const object = (value: unknown) => typeof value === "object" && value !== null && !Array.isArray(value);
-  if (typeof record.stateDir !== "string") return "no stateDir";
-  if (!Number.isSafeInteger(record.supervisorPid)) return "no supervisorPid";
-  if (!object(record.network) || typeof (record.network as Record<string, unknown>).kind !== "string") {
-    return "no network";
-  }
-  if (!Array.isArray(record.nodes) || !record.nodes.every(object)) return "nodes is not a list of nodes";
-  const processes = record.processes;
-  if (!Array.isArray(processes) || !processes.every((p) => object(p) && Number.isSafeInteger(p.pid))) {
-    return "processes is not a list of processes";
-  }
-  return undefined;
+  return statusFields(stateDir)(status, "");
 }
+
+/** Checks a value at `at` (a field's path, e.g. `nodes[0].name`): what is wrong with it, if anything. */
+type Check = (value: unknown, at: string) => string | undefined;
+
+/** A check that `test` passes; `want` says what it wants. */
+function is(want: string, test: (value: unknown) => boolean): Check {
+  return (value, at) => {
+    if (test(value)) return undefined;
+    return value === undefined
+      ? `${at}: missing, want ${want}`
+      : `${at}: want ${want}, got ${quoted(value, 80)}`;
+  };
+}
+
+const text = is("a string", (value) => typeof value === "string");
+const nonEmptyText = is("a non-empty string", (value) => typeof value === "string" && value !== "");
+const processId = is("a process ID", (value) => Number.isSafeInteger(value) && (value as number) > 0);
+
+function oneOf(values: readonly string[]): Check {
+  const want = `one of ${values.map((value) => `"${value}"`).join(", ")}`;
+  return is(want, (value) => typeof value === "string" && values.includes(value));
+}
+
+function optional(check: Check): Check {
+  return (value, at) => value === undefined ? undefined : check(value, at);
+}
+
+function listOf(item: Check): Check {
+  return (value, at) => {
+    if (!Array.isArray(value)) return is("a list", () => false)(value, at);
+    for (const [i, element] of value.entries()) {
+      const problem = item(element, `${at}[${i}]`);
+      if (problem !== undefined) return problem;
+    }
+    return undefined;
+  };
+}
+
+function fields(checks: Record<string, Check>): Check {
+  return (value, at) => {
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      return is("an object", () => false)(value, at);
+    }
+    for (const [key, check] of Object.entries(checks)) {
+      const problem = check(
+        Object.hasOwn(value, key) ? (value as Record<string, unknown>)[key] : undefined,
+        at === "" ? key : `${at}.${key}`,
+      );
+      if (problem !== undefined) return problem;
+    }
+    return undefined;
+  };
+}
+
+/** Every value of each union the status file holds (a record: the compiler sees to it that none is missing). */
+const CLUSTER_STATES: Record<ClusterState, true> = {
+  starting: true,
+  running: true,
+  failed: true,
+  stopping: true,
+  stopped: true,
+};
+const NODE_PHASES: Record<NodePhase, true> = {
+  starting: true,
+  waiting: true,
+  attesting: true,
+  refused: true,
+  joining: true,
+  joined: true,
+  failed: true,
+};
+const NETWORK_KINDS: Record<NetworkKind, true> = { netns: true, loopback: true };
+const ROLES: Record<NodeStatus["role"], true> = { ControlPlane: true, Worker: true };
+
+/**
+ * The fields of {@linkcode ClusterStatus} in a status file of `stateDir`:
+ * every one some command uses, and `stateDir` itself (a file copied or moved
+ * from another state directory, or edited, names its processes by another).
+ */
+const statusFields = (stateDir: string): Check =>
+  fields({
+    stateDir: is(`this state directory, ${quoted(stateDir, 200)}`, (value) => value === stateDir),
+    state: oneOf(Object.keys(CLUSTER_STATES)),
+    reason: optional(text),
+    supervisorPid: processId,
+    supervisorStart: optional(text),
+    network: fields({
+      kind: oneOf(Object.keys(NETWORK_KINDS)),
+      hostAddress: text,
+      bridge: text,
+      namespaces: listOf(text),
+      owner: optional(text),
+    }),
+    startedAt: text,
+    readyAt: optional(text),
+    upSeconds: optional(is("a number of seconds", (value) => typeof value === "number" && value >= 0)),
+    // `recover` binds the API's port again.
+    apiServer: optional(is("an https:// URL with a port", (value) => {
+      const url = typeof value === "string" ? URL.parse(value) : null;
+      return url?.protocol === "https:" && url.port !== "";
+    })),
+    clusterId: optional(text),
+    kubeconfig: text,
+    logs: text,
+    nodes: listOf(fields({
+      name: nonEmptyText,
+      role: oneOf(Object.keys(ROLES)),
+      index: is("a node number", (value) => Number.isSafeInteger(value) && (value as number) >= 0),
+      address: text,
+      phase: oneOf(Object.keys(NODE_PHASES)),
+      reason: optional(text),
+      initEndpoint: optional(text),
+      recoveryEndpoint: optional(text),
+      joinServiceEndpoint: optional(text),
+      attestationEndpoint: optional(text),
+      statusEndpoint: optional(text),
+      log: text,
+    })),
+    processes: listOf(fields({ name: text, pid: processId })),
+  });
 
 /** Writes the status file atomically. */
 export async function writeStatus(status: ClusterStatus): Promise<void> {
@@ -143,17 +274,26 @@ export async function writeStatus(status: ClusterStatus): Promise<void> {
 }
 
 /**
- * Whether `pid` is a live process this cluster started: it exists and its
- * command line names the state directory (see {@linkcode namesPath}); a
- * reused PID, of another program or of another cluster's process, names
- * another directory or none.
+ * Whether `pid` is a live process this cluster started: it exists and an
+ * argument on its command line names the state directory `stateDir` (see
+ * {@linkcode namesPath}; the program does not count, it is no file of the
+ * cluster's); a reused PID, of another program or of another cluster's
+ * process, names another directory or none. `stateDir` is the one the
+ * operator gave, never one read from the status file; no process is told as
+ * a cluster's by a directory {@linkcode stateDirProblem} refuses.
  */
 export async function isClusterProcess(pid: number, stateDir: string): Promise<boolean> {
+  if (stateDirProblem(stateDir) !== undefined) return false;
   const commandLine = await commandLineOf(pid);
-  return commandLine !== undefined && namesPath(commandLine, stateDir);
+  return commandLine !== undefined && namesPath(argumentsOf(commandLine), stateDir);
 }
 
-/** What the command line of `cluster up` holds; status files without a start time are told by it alone. */
+/** `commandLine` (as `ps` shows it) without its first word, the program. */
+function argumentsOf(commandLine: string): string {
+  return commandLine.replace(/^\S*/, "");
+}
+
+/** What the command line of `cluster up` holds. */
 const SUPERVISOR_MARK = "localcluster/main.ts";
 
 /**
@@ -171,12 +311,33 @@ export async function supervisorRuns(
 }
 
 /**
+ * Whether the status file's `cluster up` still runs and is this cluster's,
+ * proven (the one {@linkcode stopCluster} signals): the PID's process runs
+ * cluster up and started when the file says or, in a file without a start
+ * time, its command line names `stateDir` (as given). Unlike
+ * {@linkcode supervisorRuns}, another state directory's cluster up at that
+ * PID never counts.
+ */
+export async function isClusterSupervisor(
+  status: Pick<ClusterStatus, "supervisorPid" | "supervisorStart">,
+  stateDir: string,
+): Promise<boolean> {
+  if (stateDirProblem(stateDir) !== undefined) return false;
+  const commandLine = await commandLineOf(status.supervisorPid);
+  if (commandLine === undefined || !commandLine.includes(SUPERVISOR_MARK)) return false;
+  if (status.supervisorStart === undefined) return namesPath(argumentsOf(commandLine), stateDir);
+  return await startTimeOf(status.supervisorPid) === status.supervisorStart;
+}
+
+/**
  * Whether `commandLine` (arguments joined by spaces, as `ps` shows them)
  * names `path` itself or a path below it: as an argument, a flag's value
  * after "=" or an element of a comma-separated list. A longer name that
  * starts with it (`/x/cluster2` for `/x/cluster`) does not count.
  */
 export function namesPath(commandLine: string, path: string): boolean {
+  // Every command line names "" (and indexOf finds it at the end forever).
+  if (path === "") return false;
   for (let at = commandLine.indexOf(path); at !== -1; at = commandLine.indexOf(path, at + 1)) {
     const before = commandLine[at - 1] ?? " ";
     const after = commandLine[at + path.length] ?? " ";
@@ -192,21 +353,36 @@ export const STOP_GRACE_MS = 5_000;
 export interface StopResult {
   /** The processes that were still running. */
   stopped: ProcessRecord[];
-  /** "removed"; "not-ours" when the bridge of its name now belongs to another cluster; "none" on loopback. */
+  /**
+   * "removed"; "not-ours" when the bridge of its name now belongs to another cluster, or the names are not
+   * ones this cluster's network got (another owner's, not named as a network names them); "none" on loopback.
+   */
   network: "removed" | "not-ours" | "none";
 }
 
 /**
- * Stops everything `status` lists: `cluster up` first (so it starts nothing
- * more), then every process (SIGTERM, SIGKILL after {@linkcode STOP_GRACE_MS}),
- * then the network, if it is still this cluster's.
+ * Stops everything `status` (read from state directory `stateDir`, as given)
+ * lists that is proven this cluster's ({@linkcode isClusterSupervisor},
+ * {@linkcode isClusterProcess}, told by `stateDir`, never by the file):
+ * `cluster up` first (so it starts nothing more), then every process
+ * (SIGTERM, SIGKILL after {@linkcode STOP_GRACE_MS}), then the network, if
+ * its names are this cluster's (recorded with `stateDir` as their owner, or
+ * before owners existed) and it still is. Throws, stopping nothing, when
+ * `status` records another state directory or `stateDir` cannot be one
+ * ({@linkcode stateDirProblem}).
  */
-export async function stopCluster(status: ClusterStatus): Promise<StopResult> {
+export async function stopCluster(stateDir: string, status: ClusterStatus): Promise<StopResult> {
+  const problem = stateDirProblem(stateDir) ??
+    (status.stateDir === stateDir
+      ? undefined
+      : `its status records state directory ${quoted(status.stateDir, 200)}`);
+  if (problem !== undefined) throw new Error(`cannot stop the cluster in ${stateDir}: ${problem}`);
   const supervisor = { name: "cluster up", pid: status.supervisorPid };
   const runs = (record: ProcessRecord) =>
-    record === supervisor ? supervisorRuns(status) : isClusterProcess(record.pid, status.stateDir);
+    record === supervisor ? isClusterSupervisor(status, stateDir) : isClusterProcess(record.pid, stateDir);
+  // Never this process, nor the one that started it (`deno task`, whose command line names the directory).
   const running = await filterAsync(
-    [supervisor, ...status.processes].filter((record) => record.pid !== Deno.pid),
+    [supervisor, ...status.processes].filter((record) => record.pid !== Deno.pid && record.pid !== Deno.ppid),
     runs,
   );
   for (const record of running) await signalProcess(record.pid, "SIGTERM");
@@ -218,6 +394,8 @@ export async function stopCluster(status: ClusterStatus): Promise<StopResult> {
   }
   for (const record of left) await signalProcess(record.pid, "SIGKILL");
   if (status.network.kind !== "netns") return { stopped: running, network: "none" };
+  const owner = status.network.owner;
+  if (owner !== undefined && owner !== stateDir) return { stopped: running, network: "not-ours" };
   return { stopped: running, network: await removeNetwork(status.network) ? "removed" : "not-ours" };
 }
 

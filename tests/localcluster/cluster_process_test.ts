@@ -318,6 +318,134 @@ Deno.test("a --state-dir that is a file is named as not a directory, by every co
   });
 });
 
+/** A file that `cluster up` never wrote: the fields of the status file the commands need, more or fewer. */
+function forgedStatus(fields: Record<string, unknown>): string {
+  return JSON.stringify({
+    state: "stopped",
+    supervisorPid: 999999,
+    network: { kind: "loopback" },
+    nodes: [],
+    processes: [],
+    ...fields,
+  });
+}
+
+Deno.test("down and recover tell the cluster's processes by the --state-dir given: a status file of another one, or of one every command line names, is refused, and the unrelated process it lists runs on", async (t) => {
+  const stateDir = await tempStateDir("cluster-forged-");
+  // Unrelated to any cluster; /usr/bin/sleep's command line names "/usr" (and "", as every one does).
+  const sleep = new Deno.Command("sh", {
+    args: ["-c", "exec /usr/bin/sleep 60"],
+    stdout: "null",
+    stderr: "null",
+  })
+    .spawn();
+  try {
+    while (
+      !(await runToExit("ps", ["-o", "args=", "-p", String(sleep.pid)])).stdoutLines[0]?.startsWith("/usr")
+    ) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    const rows: { name: string; args: string[]; recorded?: string; want: RegExp }[] = [
+      ...["down", "recover"].flatMap((command) =>
+        ["", "/usr", "/tmp"].map((recorded) => ({
+          name: `${command}, the file records the state directory ${JSON.stringify(recorded)}`,
+          args: [command, "--state-dir", stateDir],
+          recorded,
+          want: new RegExp(
+            `^cluster: ${stateDir}/cluster\\.json is not a cluster status file that cluster up wrote \\(stateDir: want this state directory, "${stateDir}", got "${recorded}"\\)`,
+          ),
+        }))
+      ),
+      {
+        name: "down --state-dir / (every command line names it)",
+        args: ["down", "--state-dir", "/"],
+        want: /^cluster: --state-dir \/: the root directory cannot be a cluster's state directory$/,
+      },
+    ];
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        if (row.recorded !== undefined) {
+          await Deno.writeTextFile(
+            `${stateDir}/cluster.json`,
+            forgedStatus({ stateDir: row.recorded, processes: [{ name: "x", pid: sleep.pid }] }),
+          );
+        }
+        const result = await cluster(row.args);
+        assert.equal(result.code, 1, output(result));
+        assert.match(output(result), row.want);
+        assert.ok(await alive(sleep.pid), "the unrelated sleep runs on");
+      });
+    }
+  } finally {
+    try {
+      sleep.kill("SIGKILL");
+    } catch {
+      // Killed already: the failure above says by whom.
+    }
+    await sleep.status;
+    await Deno.remove(stateDir, { recursive: true });
+  }
+});
+
+Deno.test("a status file that lacks a field a command uses, or has a wrong one, is named by that field, by every command", async (t) => {
+  const stateDir = await tempStateDir("cluster-fields-");
+  const complete = {
+    stateDir,
+    network: { kind: "loopback", hostAddress: "127.0.0.1", bridge: "", namespaces: [] },
+    startedAt: "2026-01-01T00:00:00Z",
+    kubeconfig: `${stateDir}/admin.conf`,
+    logs: `${stateDir}/logs`,
+  };
+  const rows: { name: string; commands: string[]; file: string; field: RegExp }[] = [
+    {
+      // Was: status "Cannot read properties of undefined (reading 'startsWith')", down and up "names.namespaces
+      // is not iterable".
+      name: "a netns network without its names",
+      commands: ["status", "down", "recover", "up"],
+      file: forgedStatus({ stateDir, network: { kind: "netns" } }),
+      field: /network\.hostAddress: missing, want a string/,
+    },
+    {
+      // Was: "Cannot read properties of undefined (reading 'length')".
+      name: "a node whose name is a number",
+      commands: ["status", "down"],
+      file: forgedStatus({ ...complete, nodes: [{ name: 5 }] }),
+      field: /nodes\[0\]\.name: want a non-empty string, got 5/,
+    },
+    {
+      name: "no kubeconfig",
+      commands: ["status"],
+      file: forgedStatus({ ...complete, kubeconfig: undefined }),
+      field: /kubeconfig: missing, want a string/,
+    },
+  ];
+  try {
+    for (const row of rows) {
+      for (const command of row.commands) {
+        await t.step(`${command}: ${row.name}`, async () => {
+          await Deno.writeTextFile(`${stateDir}/cluster.json`, row.file);
+          const result = await cluster([command, "--state-dir", stateDir]);
+          assert.equal(result.code, 1, output(result));
+          assert.match(
+            output(result),
+            new RegExp(
+              `^cluster: ${stateDir}/cluster\\.json is not a cluster status file that cluster up wrote \\(`,
+            ),
+          );
+          assert.match(output(result), row.field);
+          assert.deepEqual(
+            [...Deno.readDirSync(stateDir)].map((entry) => entry.name),
+            ["cluster.json"],
+            "nothing was started or removed",
+          );
+        });
+      }
+    }
+  } finally {
+    await Deno.remove(stateDir, { recursive: true });
+  }
+});
+
 /** The namespace `name`'s inode (its identity), or undefined when none is mounted by that name. */
 async function namespaceInode(name: string): Promise<number | undefined> {
   try {
