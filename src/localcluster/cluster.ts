@@ -24,6 +24,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { freePort } from "../net/free_port.ts";
 import { jsonSyntaxError } from "../json/syntax_error.ts";
 import bcrypt from "bcryptjs";
@@ -366,7 +367,7 @@ async function run(
   } catch (error) {
     if (!options.signal?.aborted) {
       cluster.status.state = "failed";
-      cluster.status.reason = error instanceof Error ? error.message : String(error);
+      cluster.status.reason = errorMessage(error);
     }
     await cluster.close(options.signal?.aborted ? "stopped" : "failed");
     throw error;

@@ -16,6 +16,7 @@
  *
  * @module
  */
+import { errorMessage } from "../error_message.ts";
 import { commandLine } from "../flags/flags.ts";
 import { quoted } from "../json/quoted.ts";
 import { resolve } from "node:path";
@@ -54,7 +55,7 @@ export async function main(args: string[]): Promise<number> {
       );
       return 1;
     }
-    printError(error instanceof Error ? error.message : String(error));
+    printError(errorMessage(error));
     return 1;
   }
 }
