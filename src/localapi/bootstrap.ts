@@ -26,6 +26,7 @@ import {
   BOOTSTRAP_TOKEN_SECRET_TYPE,
   bootstrapTokenSecretName,
 } from "../joinservice/bootstraptoken.ts";
+import { bytesEqual } from "../bytes/equal.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../kubernetes/names.ts";
 import { parseBootstrapToken } from "../kubernetes/bootstrap_token.ts";
 import { clusterInfoSignatureKey, signClusterInfo } from "../kubernetes/cluster_info_signature.ts";
@@ -94,7 +95,8 @@ export function authenticateBootstrapToken(
   if (!values || values["token-id"] !== parts.id || values["usage-bootstrap-authentication"] !== "true") {
     return undefined;
   }
-  if (!timingSafeEqual(values["token-secret"] ?? "", parts.secret)) return undefined;
+  const utf8 = new TextEncoder();
+  if (!bytesEqual(utf8.encode(values["token-secret"] ?? ""), utf8.encode(parts.secret))) return undefined;
   const extra = (values["auth-extra-groups"] ?? "").split(",").map((g) => g.trim()).filter((g) => g !== "");
   // The real authenticator drops the token when an extra group is outside system:bootstrappers:.
   if (extra.some((group) => !group.startsWith(`${BOOTSTRAPPERS_GROUP}:`))) return undefined;
@@ -183,11 +185,4 @@ export function clusterRbac(request: RbacRequest): boolean | undefined {
   if (!groups.includes(NODES_GROUP)) return undefined;
   return group === "certificates.k8s.io" && resource === "certificatesigningrequests" &&
     (verb === "create" || verb === "get" || verb === "list" || verb === "watch");
-}
-
-function timingSafeEqual(a: string, b: string): boolean {
-  if (a.length !== b.length) return false;
-  let difference = 0;
-  for (let i = 0; i < a.length; i++) difference |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return difference === 0;
 }

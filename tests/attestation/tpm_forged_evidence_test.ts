@@ -10,6 +10,7 @@ import { parseAttestationConfig } from "../../src/attestation/config.ts";
 import { createValidator } from "../../src/attestation/registry.ts";
 import { QEMU_VTPM_VARIANT, TRUST_ANY_KEY_WARNING } from "../../src/attestation/tpm/validator.ts";
 import { createLogger, type Logger } from "../../src/log/logger.ts";
+import { TpmAlg } from "../../src/attestation/tpm/structures.ts";
 import { SoftwareTpmIssuer } from "../support/software_tpm.ts";
 
 /** The forged PCR values: whatever the verifier wants to see. */
@@ -111,4 +112,63 @@ Deno.test("forged software evidence with a bad signature is rejected under trust
   );
   const insecure = lines.filter((line) => line.level === "warn" && line.msg === TRUST_ANY_KEY_WARNING);
   assert.deepEqual(insecure.map((line) => line.event), [undefined], "only the warning at construction");
+});
+
+/** TPM_ALG_SHA1: a bank a real TPM has too, which this variant's quotes never select. */
+const TPM_ALG_SHA1 = 0x0004;
+
+Deno.test("a quote must select exactly the SHA-256 bank: another bank, or two, is refused", async (t) => {
+  const rows = [
+    { name: "the SHA-1 bank", banks: [TPM_ALG_SHA1], named: "0x0004" },
+    { name: "SHA-256 and SHA-1", banks: [TpmAlg.SHA256, TPM_ALG_SHA1], named: "0x000b, 0x0004" },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      const issuer = await SoftwareTpmIssuer.create({ pcrs: CLAIMED_PCRS, banks: row.banks });
+      const validator = validatorFromConfig(
+        { allowedKeyDigests: [issuer.keyDigest] },
+        capturingLogger().logger,
+      );
+      const reportData = crypto.getRandomValues(new Uint8Array(32));
+      await assert.rejects(
+        validator.validate(await issuer.issue(reportData), reportData),
+        (error: unknown) => {
+          assert.ok(error instanceof AttestationError, String(error));
+          assert.equal(error.reason, "pcr-digest-mismatch");
+          assert.equal(
+            error.message,
+            `quote selects PCRs of bank(s) ${row.named}, want exactly the SHA-256 bank (0x000b)`,
+          );
+          return true;
+        },
+      );
+    });
+  }
+});
+
+Deno.test("an enforced measurement of a PCR the document does not report is a mismatch, never a match", async () => {
+  // A quote over PCRs 0-7 only; the config enforces PCR 9.
+  const reported = new Map([...CLAIMED_PCRS].filter(([index]) => index < 8));
+  const issuer = await SoftwareTpmIssuer.create({ pcrs: reported });
+  const config = parseAttestationConfig(
+    JSON.stringify({
+      variant: QEMU_VTPM_VARIANT,
+      measurements: { 9: { expected: "00".repeat(32), warnOnly: false } },
+      akTrust: { allowedKeyDigests: [issuer.keyDigest] },
+    }),
+    { variant: QEMU_VTPM_VARIANT },
+  );
+  const validator = createValidator(config, { logger: capturingLogger().logger });
+  const reportData = crypto.getRandomValues(new Uint8Array(32));
+  await assert.rejects(validator.validate(await issuer.issue(reportData), reportData), (error: unknown) => {
+    assert.ok(error instanceof AttestationError, String(error));
+    assert.equal(error.reason, "measurement-mismatch");
+    assert.deepEqual(error.mismatches, [{
+      index: 9,
+      expected: "00".repeat(32),
+      actual: null,
+      enforced: true,
+    }]);
+    return true;
+  });
 });

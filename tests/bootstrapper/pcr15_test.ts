@@ -12,9 +12,12 @@ Deno.test("pcr15: a fresh TPM is not bound; the marker makes PCR 15 = SHA256(0^3
   const tpm = { tcti: swtpm.tcti };
   try {
     assert.equal(await isNodeBound(tpm), false);
-    const clusterId = crypto.getRandomValues(new Uint8Array(32));
+    // A fixed ID whose PCR value has a zero byte (at 24): bound means "not all zeros", not "no zero byte".
+    const clusterId = new Uint8Array(32);
+    clusterId[0] = 5;
     await new TpmClusterMarker(tpm).mark(clusterId);
     const expected = await sha256(new Uint8Array(32), await sha256(clusterId));
+    assert.equal(expected[24], 0);
     assert.equal((await readPcr(tpm, 15)).toHex(), expected.toHex());
     assert.equal(await isNodeBound(tpm), true);
   } finally {

@@ -63,6 +63,12 @@ export class Marshaller {
 export interface SoftwareTpmIssuerOptions {
   /** The PCR values the evidence claims (SHA-256 bank, indices 0–15). */
   pcrs: ReadonlyMap<number, Uint8Array>;
+  /**
+   * The banks (hash algorithms) the quote's PCR selection names, each with
+   * the claimed PCRs; default the SHA-256 bank alone, as a real quote of
+   * this variant. Another bank makes evidence a validator must refuse.
+   */
+  banks?: readonly number[];
 }
 
 const ECDSA_P256 = { name: "ECDSA", namedCurve: "P-256" } as const;
@@ -78,6 +84,7 @@ export class SoftwareTpmIssuer implements Issuer {
   readonly #privateKey: CryptoKey;
   readonly #akPublic: Uint8Array;
   readonly #pcrDigest: Uint8Array;
+  readonly #banks: readonly number[];
 
   private constructor(
     privateKey: CryptoKey,
@@ -85,12 +92,14 @@ export class SoftwareTpmIssuer implements Issuer {
     keyDigest: string,
     pcrs: ReadonlyMap<number, Uint8Array>,
     digest: Uint8Array,
+    banks: readonly number[],
   ) {
     this.#privateKey = privateKey;
     this.#akPublic = akPublic;
     this.keyDigest = keyDigest;
     this.pcrs = pcrs;
     this.#pcrDigest = digest;
+    this.#banks = banks;
   }
 
   /** A fresh software attestation key claiming `options.pcrs`. */
@@ -121,6 +130,7 @@ export class SoftwareTpmIssuer implements Issuer {
       keyDigest,
       options.pcrs,
       await pcrDigest(options.pcrs),
+      options.banks ?? [TpmAlg.SHA256],
     );
   }
 
@@ -129,6 +139,10 @@ export class SoftwareTpmIssuer implements Issuer {
     // TPMS_ATTEST: the magic a real TPM would only put in front of its own quotes, the
     // verifier's report data, and a digest over the claimed PCRs of the SHA-256 bank.
     const selected = [...this.pcrs.keys()].reduce((bits, index) => bits | (1 << index), 0);
+    const selection = new Marshaller().u32(this.#banks.length);
+    for (const bank of this.#banks) {
+      selection.u16(bank).u8(3).raw(new Uint8Array([selected & 0xff, selected >>> 8, 0x00]));
+    }
     const quote = new Marshaller()
       .u32(TPM_GENERATED_VALUE)
       .u16(TPM_ST_ATTEST_QUOTE)
@@ -136,7 +150,7 @@ export class SoftwareTpmIssuer implements Issuer {
       .sized(reportData) // extraData
       .u64(1234).u32(1).u32(0).u8(1) // clockInfo
       .u64(0x20240101) // firmwareVersion
-      .u32(1).u16(TpmAlg.SHA256).u8(3).raw(new Uint8Array([selected & 0xff, selected >>> 8, 0x00]))
+      .raw(selection.done())
       .sized(this.#pcrDigest)
       .done();
     const p1363 = new Uint8Array(await crypto.subtle.sign(ECDSA_SHA256, this.#privateKey, quote));
