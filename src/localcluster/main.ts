@@ -84,7 +84,7 @@ async function checkStateDir(given: string, stateDir: string): Promise<void> {
 }
 
 async function up(command: Extract<ClusterCommand, { command: "up" }>, stateDir: string): Promise<number> {
-  const previous = await readStatus(stateDir);
+  const previous = await readStatus(stateDir, { forStop: true });
   if (previous !== undefined) {
     if (await supervisorRuns(previous) && previous.supervisorPid !== Deno.pid) {
       throw new Error(
@@ -210,7 +210,7 @@ async function status(stateDir: string, output: "table" | "json"): Promise<numbe
 }
 
 async function down(stateDir: string): Promise<number> {
-  const status = await readStatus(stateDir);
+  const status = await readStatus(stateDir, { forStop: true });
   if (status === undefined) throw new Error(`no cluster in ${stateDir}`);
   const { stopped, network } = await stopCluster(stateDir, status);
   const what = {

@@ -111,9 +111,14 @@ export function stateDirProblem(stateDir: string): string | undefined {
  * Reads `<stateDir>/cluster.json`; undefined when there is none. `stateDir`
  * is the state directory as given (see {@linkcode stateDirProblem}); a file
  * that records another one, or lacks or has a wrong value in any field the
- * commands use, is refused, naming the field.
+ * commands use, is refused, naming the field. With `forStop`, only the
+ * fields stopping the cluster needs are checked (and returned as they are):
+ * an older `cluster up`'s file may lack some of the others.
  */
-export async function readStatus(stateDir: string): Promise<ClusterStatus | undefined> {
+export async function readStatus(
+  stateDir: string,
+  options: { forStop?: boolean } = {},
+): Promise<ClusterStatus | undefined> {
   const dirProblem = stateDirProblem(stateDir);
   if (dirProblem !== undefined) throw new Error(`not a state directory: ${dirProblem}`);
   const file = `${stateDir}/${STATUS_FILE}`;
@@ -131,7 +136,7 @@ export async function readStatus(stateDir: string): Promise<ClusterStatus | unde
   } catch {
     problem = "not JSON";
   }
-  problem ??= statusProblem(status, stateDir);
+  problem ??= statusProblem(status, stateDir, options.forStop ?? false);
   if (problem !== undefined) {
     throw new Error(
       `${file} is not a cluster status file that cluster up wrote (${problem}); nothing was done: look at it, or remove the directory`,
@@ -141,9 +146,9 @@ export async function readStatus(stateDir: string): Promise<ClusterStatus | unde
 }
 
 /** What is wrong with a parsed status file of state directory `stateDir`, if anything. */
-function statusProblem(status: unknown, stateDir: string): string | undefined {
+function statusProblem(status: unknown, stateDir: string, forStop: boolean): string | undefined {
   if (typeof status !== "object" || status === null || Array.isArray(status)) return "not a JSON object";
-  return statusFields(stateDir)(status, "");
+  return (forStop ? stopFields : statusFields)(stateDir)(status, "");
 }
 
 /** Checks a value at `at` (a field's path, e.g. `nodes[0].name`): what is wrong with it, if anything. */
@@ -220,27 +225,39 @@ const NETWORK_KINDS: Record<NetworkKind, true> = { netns: true, loopback: true }
 const ROLES: Record<NodeStatus["role"], true> = { ControlPlane: true, Worker: true };
 
 /**
+ * The fields {@linkcode stopCluster} uses, and `stateDir` itself: what `down` and `up`'s cleanup of a
+ * crashed run need, so a status file of an older `cluster up` still lets them stop its processes.
+ */
+const STOP_FIELDS = (stateDir: string): Record<string, Check> => ({
+  stateDir: is(`this state directory, ${quoted(stateDir, 200)}`, (value) => value === stateDir),
+  supervisorPid: processId,
+  supervisorStart: optional(text),
+  network: fields({
+    kind: oneOf(Object.keys(NETWORK_KINDS)),
+    hostAddress: text,
+    bridge: text,
+    namespaces: listOf(text),
+    owner: optional(text),
+  }),
+  processes: listOf(fields({ name: text, pid: processId })),
+});
+
+const stopFields = (stateDir: string): Check => fields(STOP_FIELDS(stateDir));
+
+/**
  * The fields of {@linkcode ClusterStatus} in a status file of `stateDir`:
  * every one some command uses, and `stateDir` itself (a file copied or moved
  * from another state directory, or edited, names its processes by another).
  */
 const statusFields = (stateDir: string): Check =>
   fields({
-    stateDir: is(`this state directory, ${quoted(stateDir, 200)}`, (value) => value === stateDir),
+    ...STOP_FIELDS(stateDir),
     state: oneOf(Object.keys(CLUSTER_STATES)),
     reason: optional(text),
-    supervisorPid: processId,
-    supervisorStart: optional(text),
-    network: fields({
-      kind: oneOf(Object.keys(NETWORK_KINDS)),
-      hostAddress: text,
-      bridge: text,
-      namespaces: listOf(text),
-      owner: optional(text),
-    }),
     startedAt: text,
     readyAt: optional(text),
-    upSeconds: optional(is("a number of seconds", (value) => typeof value === "number" && value >= 0)),
+    // Wall-clock time: a clock stepped back while it ran makes it negative.
+    upSeconds: optional(is("a number of seconds", (value) => Number.isFinite(value))),
     // `recover` binds the API's port again.
     apiServer: optional(is("an https:// URL with a port", (value) => {
       const url = typeof value === "string" ? URL.parse(value) : null;
@@ -252,7 +269,8 @@ const statusFields = (stateDir: string): Check =>
     nodes: listOf(fields({
       name: nonEmptyText,
       role: oneOf(Object.keys(ROLES)),
-      index: is("a node number", (value) => Number.isSafeInteger(value) && (value as number) >= 0),
+      // Written since the nodes got addresses by number; no command reads it back.
+      index: optional(is("a node number", (value) => Number.isSafeInteger(value) && (value as number) >= 0)),
       address: text,
       phase: oneOf(Object.keys(NODE_PHASES)),
       reason: optional(text),
@@ -263,7 +281,6 @@ const statusFields = (stateDir: string): Check =>
       statusEndpoint: optional(text),
       log: text,
     })),
-    processes: listOf(fields({ name: text, pid: processId })),
   });
 
 /** Writes the status file atomically. */

@@ -43,6 +43,13 @@ Deno.test("readStatus reads a status file and names one of the wrong shape, or o
     const rows: { name: string; file: unknown; want: "ok" | RegExp }[] = [
       { name: "a status file", file: good, want: "ok" },
       { name: "a status file with a node", file: { ...good, nodes: [node] }, want: "ok" },
+      // Written by an older cluster up: nodes without a number; a clock stepped back while it ran.
+      {
+        name: "a node without its number",
+        file: { ...good, nodes: [{ ...node, index: undefined }] },
+        want: "ok",
+      },
+      { name: "negative seconds up", file: { ...good, upSeconds: -2.3 }, want: "ok" },
       {
         name: "not JSON",
         file: "{",
@@ -123,7 +130,7 @@ Deno.test("readStatus reads a status file and names one of the wrong shape, or o
           typeof row.file === "string" ? row.file : JSON.stringify(row.file),
         );
         if (row.want === "ok") {
-          assert.deepEqual(await readStatus(dir), row.file);
+          assert.deepEqual(await readStatus(dir), JSON.parse(JSON.stringify(row.file)));
           return;
         }
         await assert.rejects(readStatus(dir), (error: Error) => {
@@ -136,6 +143,23 @@ Deno.test("readStatus reads a status file and names one of the wrong shape, or o
         });
       });
     }
+    await t.step(
+      "for stopping, only what stopping needs: an older cluster up's file still stops",
+      async () => {
+        const older = { ...good, state: "running", nodes: [{ name: "worker-0" }], kubeconfig: undefined };
+        await Deno.writeTextFile(`${dir}/cluster.json`, JSON.stringify(older));
+        assert.deepEqual(await readStatus(dir, { forStop: true }), JSON.parse(JSON.stringify(older)));
+        await assert.rejects(readStatus(dir), /\(kubeconfig: missing/);
+        // What stopping relies on is still checked.
+        await Deno.writeTextFile(`${dir}/cluster.json`, JSON.stringify({ ...older, stateDir: "/usr" }));
+        await assert.rejects(readStatus(dir, { forStop: true }), /\(stateDir: want this state directory/);
+        await Deno.writeTextFile(
+          `${dir}/cluster.json`,
+          JSON.stringify({ ...older, processes: [{ name: "x" }] }),
+        );
+        await assert.rejects(readStatus(dir, { forStop: true }), /\(processes\[0\]\.pid: missing/);
+      },
+    );
     await t.step("no state directory that every command line names, or that is not absolute", async () => {
       for (const stateDir of ["", "/", "//", "/tmp/..", "relative", `${dir}/`]) {
         await assert.rejects(
