@@ -7,6 +7,7 @@
  * @module
  */
 import { escapeControlCharacters } from "../json/escape_control.ts";
+import { quoted } from "../json/quoted.ts";
 import type { IssueJoinTicketRequest } from "../gen/join/join_pb.ts";
 import type { Rejection } from "../rpc/rejection.ts";
 import { reject } from "./rejections.ts";
@@ -28,7 +29,7 @@ export function checkRejoinRequest(request: { diskUuid: string }): void {
   if (!UUID.test(request.diskUuid)) {
     throw malformed(
       `disk_uuid must be a UUID like 0123abcd-0000-4000-8000-00000000cafe, got ${
-        JSON.stringify(printable(request.diskUuid))
+        quoted(request.diskUuid, 80)
       }`,
     );
   }

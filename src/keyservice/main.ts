@@ -130,8 +130,9 @@ function isCliMasterSecretFile(bytes: Uint8Array): boolean {
 
 /**
  * Whether `bytes` is one line of base64 text (the Secret's value as `kubectl get -o yaml` shows it, saved
- * with a line break): its text would silently become the key. A random secret ends in a line break with
- * every other byte in the base64 alphabet about once in 10¹⁹ times for the shortest (16 bytes).
+ * with a line break): its text would silently become the key. No random secret is refused in practice:
+ * base64 text is a multiple of 4 characters, so 16 or 32 random bytes never match (with the line break
+ * they are one over), 17 bytes about once in 10¹², longer ones far less often.
  */
 function isBase64Line(bytes: Uint8Array): boolean {
   const text = new TextDecoder().decode(bytes);

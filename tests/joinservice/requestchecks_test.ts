@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { printable } from "../../src/joinservice/requestchecks.ts";
+import { checkRejoinRequest, printable } from "../../src/joinservice/requestchecks.ts";
 
 Deno.test("printable: a request field fit for one log line", async (t) => {
   const rows: { name: string; value: string; expected: string }[] = [
@@ -16,4 +16,15 @@ Deno.test("printable: a request field fit for one log line", async (t) => {
   for (const row of rows) {
     await t.step(row.name, () => assert.equal(printable(row.value), row.expected));
   }
+});
+
+Deno.test("a disk UUID that is none is quoted once, escaped and cut", () => {
+  assert.throws(() => checkRejoinRequest({ diskUuid: "\u001b[2Jx" }), (error: Error) => {
+    assert.equal(
+      error.message,
+      'disk_uuid must be a UUID like 0123abcd-0000-4000-8000-00000000cafe, got "\\u001b[2Jx"',
+    );
+    return true;
+  });
+  assert.throws(() => checkRejoinRequest({ diskUuid: "a".repeat(500) }), /got "a{79}…$/);
 });
