@@ -207,7 +207,9 @@ export function componentsSource(options: { client: KubernetesClient; clock: Clo
       ),
     { maxAgeMs: NODE_VERSION_MAX_AGE_MS, clock: options.clock },
   );
-  const componentsByName = new Map<string, KubernetesComponent[]>();
+  // The ConfigMaps are immutable and named by their hash: the one the NodeVersion names now is all to keep
+  // (one per upgrade would pile up).
+  let cached: { configMapName: string; components: KubernetesComponent[] } | undefined;
   return {
     current({ signal }) {
       return apiServerCall(async () => {
@@ -215,7 +217,7 @@ export function componentsSource(options: { client: KubernetesClient; clock: Clo
         if (!configMapName) {
           throw reject("misconfigured", "kubernetesComponentsReference not found in node version");
         }
-        let components = componentsByName.get(configMapName);
+        let components = cached?.configMapName === configMapName ? cached.components : undefined;
         if (!components) {
           const configMap = await client.getConfigMap(KUBE_SYSTEM_NAMESPACE, configMapName, { signal });
           try {
@@ -224,7 +226,7 @@ export function componentsSource(options: { client: KubernetesClient; clock: Clo
             if (!(error instanceof ComponentsError)) throw error;
             throw reject("misconfigured", `components ConfigMap ${configMapName}: ${error.message}`);
           }
-          componentsByName.set(configMapName, components);
+          cached = { configMapName, components };
         }
         return { configMapName, components };
       });

@@ -1,10 +1,16 @@
 import assert from "node:assert/strict";
+import { KubernetesClient } from "../../src/kubernetes/client.ts";
+import { parseKubeconfig, resolveConnection } from "../../src/kubernetes/kubeconfig.ts";
+import { ManualClock } from "../support/manual_clock.ts";
+import { startFakeApiServer } from "../support/fake_apiserver.ts";
 import {
   componentsConfigMapName,
   ComponentsError,
   componentsHash,
+  componentsSource,
   encodeComponents,
   type KubernetesComponent,
+  NODE_VERSION_MAX_AGE_MS,
   parseComponents,
 } from "../../src/joinservice/components.ts";
 
@@ -167,4 +173,44 @@ Deno.test("the ConfigMap name is k8s-components- plus the hash of the concatenat
     await componentsConfigMapName([]),
     "k8s-components-sha256-e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
   );
+});
+
+Deno.test("componentsSource: each ConfigMap is read once while the NodeVersion names it, and only that one is kept", async () => {
+  await using server = await startFakeApiServer();
+  using client = new KubernetesClient(
+    await resolveConnection(parseKubeconfig(server.kubeconfig()), { baseDir: "/" }),
+  );
+  const clock = new ManualClock(Date.parse("2026-11-28T12:00:00Z"));
+  const source = componentsSource({ client, clock });
+  const ns = "/api/v1/namespaces/kube-system";
+  const nodeVersionPath = "/apis/update.edgeless.systems/v1alpha1/nodeversions/constellation-version";
+  const lists = { "k8s-components-a": [components[0]], "k8s-components-b": [components[1]] };
+  for (const [name, list] of Object.entries(lists)) {
+    server.putObject(`${ns}/configmaps/${name}`, {
+      apiVersion: "v1",
+      kind: "ConfigMap",
+      metadata: { name, namespace: "kube-system" },
+      data: { components: encodeComponents(list) },
+    });
+  }
+  const pointTo = (name: string) => {
+    server.putObject(nodeVersionPath, {
+      apiVersion: "update.edgeless.systems/v1alpha1",
+      kind: "NodeVersion",
+      metadata: { name: "constellation-version" },
+      spec: { kubernetesComponentsReference: name },
+    });
+    clock.advance(NODE_VERSION_MAX_AGE_MS + 1);
+  };
+  const configMapReads = () => server.requests.filter((r) => r.path.startsWith(`${ns}/configmaps/`)).length;
+  for (
+    const [name, reads] of [["k8s-components-a", 1], ["k8s-components-a", 1], ["k8s-components-b", 2], [
+      "k8s-components-a",
+      3,
+    ]] as const
+  ) {
+    pointTo(name);
+    assert.deepEqual(await source.current({}), { configMapName: name, components: lists[name] });
+    assert.equal(configMapReads(), reads, `after ${name}`);
+  }
 });
