@@ -410,7 +410,11 @@ export async function stopCluster(stateDir: string, status: ClusterStatus): Prom
     left = await filterAsync(left, runs);
   }
   for (const record of left) await signalProcess(record.pid, "SIGKILL");
-  if (status.network.kind !== "netns") return { stopped: running, network: "none" };
+  // By its names, not its kind: a run that crashed while creating its network recorded the bridge and the
+  // namespaces it made so far, but not yet the kind "netns".
+  if (status.network.bridge === "" && status.network.namespaces.length === 0) {
+    return { stopped: running, network: "none" };
+  }
   const owner = status.network.owner;
   if (owner !== undefined && owner !== stateDir) return { stopped: running, network: "not-ours" };
   return { stopped: running, network: await removeNetwork(status.network) ? "removed" : "not-ours" };

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { commandLineOf, startTimeOf } from "../../src/os/processes.ts";
 import { runTool } from "../../src/os/run_tool.ts";
-import { netnsAvailable } from "../../src/localcluster/network.ts";
+import { createNetwork, netnsAvailable, removeNetwork } from "../../src/localcluster/network.ts";
 import {
   type ClusterStatus,
   namesPath,
@@ -508,4 +508,32 @@ Deno.test("supervisorRuns: the PID's process started when the status file says; 
   );
   // This test process is no cluster up: without a start time only cluster up's command line counts.
   assert.equal(await supervisorRuns({ supervisorPid: Deno.pid }), false);
+});
+
+Deno.test({
+  name: "stopCluster removes a network its run recorded by names before its kind (a crash while creating it)",
+  ignore: !(await netnsAvailable()),
+  async fn() {
+    const stateDir = await Deno.realPath(await Deno.makeTempDir({ prefix: "cluster-stop-early-" }));
+    // What cluster up recorded when it died: the bridge and a node's namespace made, the kind not yet written.
+    const network = await createNetwork({ kind: "netns", owner: stateDir });
+    try {
+      await network.addNode(0);
+      const status = {
+        ...GOOD,
+        stateDir,
+        network: { ...GOOD.network, kind: "loopback", hostAddress: "", ...network.names },
+        processes: [],
+      } as ClusterStatus;
+      assert.deepEqual(await stopCluster(stateDir, status), { stopped: [], network: "removed" });
+      assert.ok(!(await runTool("ip", ["link", "show", network.names.bridge])).success, "the bridge is gone");
+      assert.ok(
+        !(await runTool("ip", ["netns", "list"])).stdout.includes(network.names.namespaces[0]),
+        "the namespace is gone",
+      );
+    } finally {
+      await removeNetwork(network.names);
+      await Deno.remove(stateDir, { recursive: true });
+    }
+  },
 });
