@@ -7,7 +7,8 @@
  *     salt, secret, disk key, certificate, token, CA pin, endpoint, and for
  *     control planes exactly the file names a join service sends (no path
  *     traversal possible: the names are an allow-list); a worker ticket
- *     carrying control-plane files is refused;
+ *     carrying control-plane files is refused; every component checked as
+ *     the installer would before downloading it;
  *  2. derive the cluster ID (HKDF of the measurement secret and salt);
  *  3. `tryLock(clusterId)`: false means an init holds the lock ("node is
  *     already being initialized"); an error means the marking failed.
@@ -108,6 +109,8 @@ export interface PassphraseChanger {
 
 /** Installs Kubernetes components (`components.ts`'s `ComponentInstaller`). */
 export interface ComponentsInstaller {
+  /** Throws when `components` could not be installed here, before anything is downloaded (a malformed field). */
+  check(components: readonly Component[]): void;
   /** Downloads, verifies and installs `components` in order. */
   install(components: readonly Component[], options?: { signal?: AbortSignal }): Promise<void>;
 }
@@ -247,6 +250,14 @@ export class JoinTicketApplier implements TicketApplier {
     const { signal } = options;
     const { logger, lock } = this.#deps;
     const controlPlaneFiles = checkTicket(ticket, node.role);
+    try {
+      // A component this node cannot install would fail only after the lock.
+      this.#deps.components.check(ticket.kubernetesComponents);
+    } catch (error) {
+      throw new ApplyError("invalid-ticket", `invalid join ticket: ${errorMessage(error)}`, false, {
+        cause: error,
+      });
+    }
     const clusterId = await deriveClusterId(ticket.measurementSecret, ticket.measurementSalt);
     if (signal?.aborted) throw new ApplyError("aborted", "aborted before the node lock", false);
     let locked: boolean;

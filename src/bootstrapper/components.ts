@@ -39,6 +39,7 @@ import {
   isComponentHash,
   isComponentInstallPath,
   isComponentUrl,
+  MAX_PATH_BYTES,
 } from "../joinservice/components.ts";
 import type { Logger } from "../log/logger.ts";
 import { ReasonError } from "../reason_error.ts";
@@ -125,20 +126,20 @@ export class ComponentInstaller {
     for (const component of components) await this.installOne(component, options);
   }
 
+  /**
+   * Checks `components` as {@linkcode installOne} would before downloading anything (hash, URL, install
+   * path, and the path under this installer's root within PATH_MAX), so a caller can refuse them before
+   * an irreversible step. Throws {@linkcode ComponentError} "invalid-component".
+   */
+  check(components: readonly Component[]): void {
+    for (const component of components) this.#checked(component, this.#failing(component));
+  }
+
   /** Installs one component. */
   async installOne(component: Component, options: { signal?: AbortSignal } = {}): Promise<void> {
     const url = displayUrl(component.url);
-    const fail = (reason: ComponentFailure, why: string, cause?: unknown): never => {
-      throw new ComponentError(reason, `installing kubernetes component from URL ${url}: ${why}`, { cause });
-    };
-    if (!isComponentHash(component.hash)) {
-      fail("invalid-component", `hash ${JSON.stringify(component.hash)} is not sha256:<64 lower-case hex>`);
-    }
-    const expected = component.hash.slice("sha256:".length);
-    if (!isComponentUrl(component.url)) {
-      fail("invalid-component", "the URL is not https, http or data");
-    }
-    const target = this.#placed(component.installPath, fail);
+    const fail = this.#failing(component);
+    const { expected, target } = this.#checked(component, fail);
     const temp = await this.#download(component.url, url, fail, options.signal);
     try {
       if (temp.sha256 !== expected) {
@@ -155,7 +156,32 @@ export class ComponentInstaller {
     this.#logger.info("installed kubernetes component", { url, installPath: component.installPath });
   }
 
-  /** The install path under the root ({@linkcode isComponentInstallPath}). */
+  /** How `component`'s failures are thrown: a {@linkcode ComponentError} naming its URL. */
+  #failing(component: Component): (reason: ComponentFailure, why: string, cause?: unknown) => never {
+    const url = displayUrl(component.url);
+    return (reason, why, cause) => {
+      throw new ComponentError(reason, `installing kubernetes component from URL ${url}: ${why}`, { cause });
+    };
+  }
+
+  /** The component's expected SHA-256 (hex) and its path under the root, once its fields are checked. */
+  #checked(
+    component: Component,
+    fail: (reason: ComponentFailure, why: string) => never,
+  ): { expected: string; target: string } {
+    if (!isComponentHash(component.hash)) {
+      fail("invalid-component", `hash ${JSON.stringify(component.hash)} is not sha256:<64 lower-case hex>`);
+    }
+    if (!isComponentUrl(component.url)) {
+      fail("invalid-component", "the URL is not https, http or data");
+    }
+    return {
+      expected: component.hash.slice("sha256:".length),
+      target: this.#placed(component.installPath, fail),
+    };
+  }
+
+  /** The install path under the root ({@linkcode isComponentInstallPath}), within PATH_MAX there too. */
   #placed(installPath: string, fail: (reason: ComponentFailure, why: string) => never): string {
     if (!isComponentInstallPath(installPath)) {
       fail(
@@ -163,7 +189,14 @@ export class ComponentInstaller {
         `install path ${JSON.stringify(installPath)} is not ${COMPONENT_INSTALL_PATH_RULE}`,
       );
     }
-    return this.#root + installPath.replace(/\/+$/, "");
+    const target = this.#root + installPath.replace(/\/+$/, "");
+    if (new TextEncoder().encode(target).length >= MAX_PATH_BYTES) {
+      fail(
+        "invalid-component",
+        `install path under the node's root ${this.#root} is longer than Linux allows`,
+      );
+    }
+    return target;
   }
 
   /** Downloads with bounded retries; resolves to the temporary file and its hash. */

@@ -56,9 +56,10 @@ export function isComponentHash(hash: string): boolean {
   return HASH_PATTERN.test(hash);
 }
 
-/** Linux's NAME_MAX and PATH_MAX (the latter counts the terminating NUL). */
+/** Linux's NAME_MAX. */
 const MAX_FILE_NAME_BYTES = 255;
-const MAX_PATH_BYTES = 4096;
+/** Linux's PATH_MAX, which counts the terminating NUL: a path has at most 4095 bytes. */
+export const MAX_PATH_BYTES = 4096;
 const utf8 = new TextEncoder();
 
 /** What {@linkcode isComponentInstallPath} accepts, for messages. */

@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { create } from "@bufbuild/protobuf";
+import { ComponentSchema } from "../../src/gen/components/components_pb.ts";
 import { ApplyError, JoinTicketApplier } from "../../src/bootstrapper/apply_ticket.ts";
 import {
   type InstanceMetadata,
@@ -366,6 +368,38 @@ Deno.test("join client", async (t) => {
         assert.match(String(refused[3].error), /not one the join service sends/);
         assert.equal(w.os.locks.length, 1, "the lock was taken only for the good ticket");
         assert.ok(!(await listFiles(w.os.root)).some((f) => f.includes("shadow")));
+      },
+    },
+    {
+      name: "a component this node cannot install refused before the lock, then a good ticket joins",
+      run: async () => {
+        const withComponent = (installPath: string, url = "https://example.com/kubelet") => {
+          const ticket = validTicket({});
+          ticket.kubernetesComponents = [
+            create(ComponentSchema, { url, hash: `sha256:${"ab".repeat(32)}`, installPath, extract: false }),
+          ];
+          return ticket;
+        };
+        const badTickets = [
+          withComponent("/opt/cni/\u0000x"),
+          withComponent("/run/../etc/cron.d/x"),
+          withComponent("/run/state/bin/kubelet", "file:///etc/shadow"),
+          // Within PATH_MAX alone, not under this node's root.
+          withComponent(`/${"a/".repeat(2046)}x`),
+        ];
+        const w = await world({
+          tickets: (_call, index) => Promise.resolve(badTickets[index] ?? validTicket({})),
+        });
+        assert.equal((await drive(w.client.run(), w.timers, INTERVAL)).status, "joined");
+        const refused = warnings(w, "join ticket refused before the node lock");
+        assert.deepEqual(refused.map((e) => e.reason), Array(4).fill("invalid-ticket"));
+        assert.match(
+          String(refused[0].error),
+          /invalid join ticket: installing kubernetes component .*control/,
+        );
+        assert.match(String(refused[2].error), /the URL is not https, http or data/);
+        assert.match(String(refused[3].error), /longer than Linux allows/);
+        assert.equal(w.os.locks.length, 1, "the lock was taken only for the good ticket");
       },
     },
     {

@@ -16,7 +16,8 @@ import type { ApplyDependencies } from "../../src/bootstrapper/apply_ticket.ts";
 import type { Component } from "../../src/gen/components/components_pb.ts";
 import { type IssueJoinTicketResponse, IssueJoinTicketResponseSchema } from "../../src/gen/join/join_pb.ts";
 import { CONTROL_PLANE_FILE_NAMES } from "../../src/joinservice/controlplanefiles.ts";
-import { createLogger, type Logger } from "../../src/log/logger.ts";
+import { ComponentInstaller } from "../../src/bootstrapper/components.ts";
+import { createLogger, type Logger, silentLogger } from "../../src/log/logger.ts";
 import { ManualClock } from "../support/manual_clock.ts";
 
 interface PendingTimer {
@@ -213,6 +214,9 @@ export async function fakeOs(options: FakeOsOptions): Promise<FakeOs> {
     writeNodeState,
     removeFile: removeIfExists,
     components: {
+      // The real installer's check, over this root: what the node refuses before its lock.
+      check: (components) =>
+        new ComponentInstaller({ logger: silentLogger }, { root, tmpDir: `${root}/tmp` }).check(components),
       install: (components) => {
         os.installed.push([...components]);
         return Promise.resolve();
