@@ -3,7 +3,8 @@
  *
  * Callers pass only non-secret fields: keys, tokens and master secrets never
  * reach a logger. Errors are logged by message only, never with stacks of
- * request data.
+ * request data. A line's `time`, `level` and `msg` are the logger's own: a
+ * field of the same name does not replace them.
  *
  * @module
  */
@@ -56,9 +57,12 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   const make = (base: LogFields): Logger => {
     const emit = (level: LogLevel, msg: string, fields?: LogFields) => {
       if (severity[level] < min) return;
-      write(
-        JSON.stringify({ time: new Date(now()).toISOString(), level, msg, ...base, ...fields }, replacer),
-      );
+      const time = new Date(now()).toISOString();
+      // The line's own time, level and msg win over a field of the same name (a field must not make a
+      // warning pass for an error); set again after the fields, they keep their place at the start.
+      const line: LogFields = { time, level, msg, ...base, ...fields };
+      Object.assign(line, { time, level, msg });
+      write(JSON.stringify(line, replacer));
     };
     return {
       debug: (msg, fields) => emit("debug", msg, fields),

@@ -388,3 +388,59 @@ Deno.test("cli init keeps a bounded tail of a node's logs and reads no message o
     assert.equal((await Deno.stat(command.logsOut)).size, NODE_READ_MAX_BYTES - 16);
   });
 });
+
+Deno.test("cli init refuses an init_success the protocol does not allow, and writes no kubeconfig", async (t) => {
+  const rows: {
+    name: string;
+    world: () => InitWorld;
+    overrides?: (world: InitWorld) => Partial<ServiceImpl<typeof API>>;
+    message: RegExp;
+  }[] = [
+    {
+      name: "a sealed success holding an empty kubeconfig",
+      world: () =>
+        fakeInitDependencies({
+          cluster: {
+            describeNode: () => Promise.resolve({ nodeName: "control-plane-0", nodeIp: "10.0.0.2" }),
+            initialize: () => Promise.resolve({ kubeconfig: new Uint8Array(0) }),
+          },
+        }),
+      message: /^the node sent an empty kubeconfig$/,
+    },
+    {
+      name: "the node's genuine, sealed success after its init_failure",
+      world: () => fakeInitDependencies(),
+      overrides: (world) => ({
+        async *init(request) {
+          yield create(InitResponseSchema, {
+            kind: { case: "initFailure", value: { error: "kubeadm failed" } },
+          });
+          yield* createClient(API, world.transport).init(request);
+        },
+      }),
+      message: /^the node sent init_success after init_failure$/,
+    },
+    {
+      name: "a success that is not sealed",
+      world: () => fakeInitDependencies(),
+      overrides: () => ({
+        async *init() {
+          yield create(InitResponseSchema, { kind: { case: "initSuccess", value: {} } });
+        },
+      }),
+      message: /^the node's init_success is not sealed$/,
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      await using files = await operatorFiles(DUMMY_ATTESTATION_CONFIG);
+      const world = row.world();
+      await using server = await serveNode(initRoutes(world, row.overrides?.(world)));
+      const { error, command, printed } = await cliInit(server.node, files);
+      assert.equal(error?.reason, "protocol", error?.message);
+      assert.match(error!.message, row.message);
+      assert.equal(await exists(command.kubeconfigOut), false);
+      assert.ok(!printed.includes("cluster initialized"), printed.join("\n"));
+    });
+  }
+});

@@ -477,3 +477,60 @@ Deno.test("LogBuffer keeps the first or the last MAX_KEPT_LOG_BYTES of a node's 
     assert.equal(kept[0], 999_000 % 256);
   });
 });
+
+Deno.test("an init_success the protocol does not allow is a protocol error, not a result", async (t) => {
+  const emptyKubeconfig = (): Partial<InitWorld["deps"]> => ({
+    cluster: {
+      describeNode: () => Promise.resolve({ nodeName: "control-plane-0", nodeIp: "10.0.0.2" }),
+      // The node's kubeadm wrote nothing, and the node seals that as its success.
+      initialize: () => Promise.resolve({ kubeconfig: new Uint8Array(0) }),
+    },
+  });
+  const rows: {
+    name: string;
+    deps?: () => Partial<InitWorld["deps"]>;
+    overrides?: (world: InitWorld) => Partial<ServiceImpl<typeof API>>;
+    message: string;
+  }[] = [
+    {
+      name: "a sealed success holding an empty kubeconfig",
+      deps: emptyKubeconfig,
+      message: "the node sent an empty kubeconfig",
+    },
+    {
+      name: "the node's genuine, sealed success after its init_failure",
+      overrides: (world) => ({
+        async *init(request) {
+          yield create(InitResponseSchema, {
+            kind: { case: "initFailure", value: { error: "kubeadm failed" } },
+          });
+          yield* createClient(API, world.transport).init(request);
+        },
+      }),
+      message: "the node sent init_success after init_failure",
+    },
+    {
+      name: "a success that is not sealed",
+      overrides: () => ({
+        async *init() {
+          yield create(InitResponseSchema, { kind: { case: "initSuccess", value: {} } });
+        },
+      }),
+      message: "the node's init_success is not sealed",
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      const world = fakeInitDependencies(row.deps?.() ?? {});
+      const error = await failure(
+        initCluster(initParameters(), {
+          transport: row.overrides ? relay(world, row.overrides(world)) : world.transport,
+          validator: world.validator,
+          controlPlanes: world.controlPlanes,
+        }),
+      );
+      assert.equal(error.reason, "protocol", error.message);
+      assert.equal(error.message, row.message);
+    });
+  }
+});
