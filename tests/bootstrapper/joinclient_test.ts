@@ -3,10 +3,12 @@ import { create } from "@bufbuild/protobuf";
 import { ComponentSchema } from "../../src/gen/components/components_pb.ts";
 import { ApplyError, JoinTicketApplier } from "../../src/bootstrapper/apply_ticket.ts";
 import {
+  controlPlaneEndpoints,
   type InstanceMetadata,
   JoinClient,
   type JoinTicketSource,
   type Metadata,
+  type TicketApplier,
 } from "../../src/bootstrapper/joinclient.ts";
 import type { JoinTicketRequest } from "../../src/bootstrapper/join_ticket_source.ts";
 import { TicketError } from "../../src/bootstrapper/join_ticket_source.ts";
@@ -82,6 +84,8 @@ interface WorldOptions {
   kubeadmLateFailures?: number;
   /** Which control plane a round asks first; default the first listed (null: the client's own default). */
   firstEndpoint?: ((count: number) => number) | null;
+  /** Stands in for the real applier over the fake OS. */
+  applier?: TicketApplier;
 }
 
 /** Temporary roots of the worlds, removed after the test. */
@@ -110,7 +114,7 @@ async function world(options: WorldOptions = {}): Promise<World> {
         : Promise.resolve(validTicket({ controlPlane: request.isControlPlane }));
     },
   };
-  const applier = new JoinTicketApplier(os.deps, { joinRetryPauseMs: 5000 });
+  const applier = options.applier ?? new JoinTicketApplier(os.deps, { joinRetryPauseMs: 5000 });
   const client = new JoinClient(
     {
       metadata,
@@ -266,6 +270,34 @@ Deno.test("join client", async (t) => {
         assert.deepEqual(await running, { status: "stopped" });
         assert.deepEqual(w.timers.pending, []);
         assert.equal(w.os.locks.length, 0);
+      },
+    },
+    {
+      name:
+        "the applier refuses a ticket as retryable after the abort: stopped, no refusal logged, no next endpoint",
+      run: async () => {
+        const controller = new AbortController();
+        const applied: string[] = [];
+        const w = await world({
+          applier: {
+            apply: (_ticket, node) => {
+              applied.push(node.nodeName);
+              controller.abort();
+              return Promise.reject(new ApplyError("aborted", "aborted before the node lock", false));
+            },
+          },
+        });
+        const outcome = await w.client.run({ signal: controller.signal });
+        assert.deepEqual(outcome, { status: "stopped" });
+        assert.deepEqual(applied, ["worker-1"]);
+        assert.deepEqual(
+          w.calls.map((c) => c.endpoint),
+          ["10.0.0.2:30090"],
+          "the next endpoint is not asked",
+        );
+        assert.deepEqual(warnings(w, "join ticket refused before the node lock"), []);
+        assert.equal(w.log.entries().at(-1)?.msg, "join client stopped");
+        assert.deepEqual(w.timers.pending, []);
       },
     },
     {
@@ -535,5 +567,36 @@ Deno.test("join client", async (t) => {
     for (const row of rows) await t.step(row.name, row.run);
   } finally {
     for (const root of roots.splice(0)) await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("controlPlaneEndpoints: this node is left out by its name and by its address", async (t) => {
+  const self = { metadataName: "cp-1", vpcIp: "10.0.0.1" };
+  const cp = (name: string, vpcIp: string): InstanceMetadata => ({
+    name,
+    providerId: "",
+    role: "ControlPlane",
+    vpcIp,
+  });
+  const rows: { name: string; peers: InstanceMetadata[]; want: string[] }[] = [
+    { name: "itself", peers: [cp("cp-1", "10.0.0.1"), cp("cp-0", "10.0.0.2")], want: ["10.0.0.2:30090"] },
+    {
+      name: "its address under another name",
+      peers: [cp("cp-1-renamed", "10.0.0.1"), cp("cp-0", "10.0.0.2")],
+      want: ["10.0.0.2:30090"],
+    },
+    {
+      name: "its name under another address",
+      peers: [cp("cp-0", "10.0.0.2"), cp("cp-1", "10.0.0.9")],
+      want: ["10.0.0.2:30090"],
+    },
+    {
+      name: "workers and address-less peers; IPv6 bracketed",
+      peers: [{ ...cp("w-0", "10.0.0.5"), role: "Worker" }, cp("cp-2", ""), cp("cp-3", "fd00::3")],
+      want: ["[fd00::3]:30090"],
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, () => assert.deepEqual(controlPlaneEndpoints(row.peers, self), row.want));
   }
 });

@@ -5,7 +5,7 @@
  * the master secret opens the disk.
  */
 import assert from "node:assert/strict";
-import { createClient, createRouterTransport } from "@connectrpc/connect";
+import { Code, createClient, createRouterTransport } from "@connectrpc/connect";
 import { DummyIssuer, DummyValidator } from "../../src/attestation/dummy.ts";
 import { DEFAULT_ATTESTATION_KEY_LIFETIME_MS } from "../../src/bootstrapper/attested_keys.ts";
 import {
@@ -26,6 +26,7 @@ import {
 import { encodeMasterSecretUri } from "../../src/kms/uri.ts";
 import { createLogger, silentLogger } from "../../src/log/logger.ts";
 import { ManualClock } from "../support/manual_clock.ts";
+import { until } from "./support.ts";
 
 const DISK_UUID = "0123abcd-0000-4000-8000-00000000cafe";
 const MASTER = { key: new Uint8Array(32).fill(0x11), salt: new Uint8Array(32).fill(0x22) };
@@ -42,6 +43,8 @@ const request = (master = MASTER) => ({
 });
 
 interface WorldOptions {
+  /** Answers testPassphrase for the n-th call (from 0); default whether the key is the disk key. */
+  testPassphrase?: (key: Uint8Array, call: number) => Promise<boolean>;
   /** The salt the disk's token records, with its tag; default SALT, tagged right. */
   salt?: { salt: Uint8Array; tag: Uint8Array } | null;
   /** Whether a rejoin waits; default true. */
@@ -60,6 +63,7 @@ function world(options: WorldOptions = {}) {
       uuid: () => Promise.resolve(DISK_UUID),
       testPassphrase: (key) => {
         tested.push(key);
+        if (options.testPassphrase) return options.testPassphrase(key, tested.length - 1);
         return Promise.resolve(key.toHex() === DISK_KEY.toHex());
       },
       measurementSalt: () =>
@@ -140,6 +144,39 @@ Deno.test("recovery server", async (t) => {
         const error = await refusal(w.recover());
         assert.match(error.message, /measurement salt recorded on the state disk .* is not this cluster's/);
         assert.deepEqual(w.delivered, []);
+      },
+    },
+    {
+      name:
+        "a recorded salt of the wrong length, tagged right: refused as recording no salt, nothing delivered",
+      run: async () => {
+        const short = new Uint8Array(16).fill(0x5a);
+        const w = world({ salt: { salt: short, tag: await measurementSaltTag(MEASUREMENT_SECRET, short) } });
+        const error = await refusal(w.recover());
+        assert.equal(error.code, Code.FailedPrecondition);
+        assert.match(error.message, /records no measurement salt/);
+        assert.deepEqual(w.delivered, []);
+      },
+    },
+    {
+      name:
+        "a second recovery while the first still tests the disk key: refused as running, the disk asked once",
+      run: async () => {
+        const held = Promise.withResolvers<boolean>();
+        const w = world({
+          testPassphrase: (key, call) =>
+            call === 0 ? held.promise : Promise.resolve(key.toHex() === DISK_KEY.toHex()),
+        });
+        const first = w.recover();
+        await until(() => w.tested.length === 1);
+        const error = await refusal(w.recover());
+        assert.equal(error.code, Code.FailedPrecondition);
+        assert.match(error.message, /another recovery is under way on this node/);
+        assert.equal(w.tested.length, 1, "the second recovery does not touch the disk");
+        assert.deepEqual(w.delivered, []);
+        held.resolve(true);
+        assert.deepEqual(await first, { diskUuid: DISK_UUID, clusterId: CLUSTER_ID, warnings: [] });
+        assert.equal(w.delivered.length, 1);
       },
     },
     {

@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import {
+  isRecordedSaltOf,
   LuksStateDisk,
   type LuksStateDiskOptions,
   StateDiskError,
@@ -131,6 +132,85 @@ Deno.test("state disk: a token without a salt, or with a malformed one, records 
       });
     });
   }
+});
+
+Deno.test("state disk: token 0 of another tool is no state-disk token, whatever it says", async () => {
+  await withDisk(async ({ device, disk }) => {
+    const token = {
+      type: "another-tool",
+      keyslots: [],
+      diskIsInitialized: true,
+      measurementSalt: SALT.toBase64(),
+      measurementSaltTag: (await measurementSaltTag(RECORD.measurementSecret, SALT)).toBase64(),
+    };
+    await cryptsetup(
+      ["token", "import", "--token-replace", "--token-id", "0", device],
+      new TextEncoder().encode(JSON.stringify(token)),
+    );
+    assert.equal(await disk().isInitialized(), false);
+    assert.equal(await disk().measurementSalt(), undefined);
+  });
+});
+
+Deno.test("isRecordedSaltOf: the tag must be the salt's under the secret, and the salt the one asked about", async (t) => {
+  const secret = RECORD.measurementSecret;
+  const otherSalt = new Uint8Array(32).fill(0x77);
+  const recorded = { salt: SALT, tag: await measurementSaltTag(secret, SALT) };
+  const rows: { name: string; args: Parameters<typeof isRecordedSaltOf>; want: boolean }[] = [
+    { name: "its own salt and secret", args: [recorded, secret], want: true },
+    { name: "the salt recorded, asked about", args: [recorded, secret, SALT], want: true },
+    { name: "another salt asked about", args: [recorded, secret, otherSalt], want: false },
+    { name: "another secret", args: [recorded, new Uint8Array(32).fill(0x3f)], want: false },
+    { name: "the salt changed, the tag kept", args: [{ ...recorded, salt: otherSalt }, secret], want: false },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => assert.equal(await isRecordedSaltOf(...row.args), row.want));
+  }
+});
+
+Deno.test("state disk: an empty new key is refused before cryptsetup runs; the initial passphrase still opens", async () => {
+  await withDisk(async ({ device, initialKey, disk }) => {
+    const before = await digest(device);
+    const stateDisk = disk();
+    await assert.rejects(stateDisk.changePassphrase(new Uint8Array(0), RECORD), (error) => {
+      assert.ok(error instanceof RangeError, String(error));
+      assert.match(error.message, /must not be empty/);
+      return true;
+    });
+    assert.equal(await digest(device), before);
+    assert.equal(await stateDisk.testPassphrase(initialKey), true);
+    assert.equal(await stateDisk.isInitialized(), false);
+  });
+});
+
+Deno.test("state disk: testPassphrase on a file that is not LUKS, or a missing one, rejects: it is no wrong key", async (t) => {
+  await withDisk(async ({ dir, initialKey, initialKeyFile }) => {
+    const plain = `${dir}/plain.img`;
+    await Deno.writeFile(plain, new Uint8Array(1 << 20));
+    const rows: { name: string; device: string; message: RegExp }[] = [
+      {
+        name: "not LUKS",
+        device: plain,
+        message: /plain\.img: testing a passphrase failed .*not a LUKS device/,
+      },
+      {
+        name: "missing",
+        device: `${dir}/absent.img`,
+        message: /absent\.img: testing a passphrase failed .*does not exist/,
+      },
+    ];
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        const stateDisk = new LuksStateDisk({ device: row.device, initialPassphraseFile: initialKeyFile });
+        await assert.rejects(stateDisk.testPassphrase(initialKey), (error) => {
+          assert.ok(error instanceof StateDiskError, String(error));
+          assert.equal(error.reason, "not-luks");
+          assert.match(error.message, row.message);
+          return true;
+        });
+      });
+    }
+  });
 });
 
 Deno.test("state disk: a wrong initial passphrase is refused with its reason and leaves the disk unchanged", async () => {

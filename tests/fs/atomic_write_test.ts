@@ -46,6 +46,73 @@ Deno.test("writeFileAtomic: the mode is exact whatever the umask (0o755 survives
   });
 });
 
+/** Runs `writeFileAtomic(path, "data", { mode })` in a child Deno whose umask is `umask`. */
+async function writeUnderUmask(umask: number, path: string, mode: number): Promise<void> {
+  const dir = path.slice(0, path.lastIndexOf("/"));
+  const script = `${dir}/.write_under_umask.ts`;
+  const module = new URL("../../src/fs/atomic_write.ts", import.meta.url).href;
+  await Deno.writeTextFile(
+    script,
+    `import { writeFileAtomic } from ${JSON.stringify(module)};\n` +
+      `await writeFileAtomic(${JSON.stringify(path)}, "data", { mode: ${mode} });\n`,
+  );
+  try {
+    const output = await new Deno.Command("sh", {
+      args: [
+        "-c",
+        `umask ${umask.toString(8)} && exec "$0" run --no-config --no-prompt --allow-read=${dir} ` +
+        `--allow-write=${dir} "$1"`,
+        Deno.execPath(),
+        script,
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.ok(output.success, new TextDecoder().decode(output.stderr));
+  } finally {
+    await Deno.remove(script);
+  }
+}
+
+Deno.test("writeFileAtomic: the mode is exact under umask 077 (0o644 stays 0o644)", async () => {
+  await withDir(async (dir) => {
+    await writeUnderUmask(0o077, `${dir}/kubelet.conf`, 0o644);
+    assert.equal(await Deno.readTextFile(`${dir}/kubelet.conf`), "data");
+    assert.equal((await Deno.stat(`${dir}/kubelet.conf`)).mode! & 0o777, 0o644);
+    assert.deepEqual(await entries(dir), ["kubelet.conf"]);
+  });
+});
+
+Deno.test("writeFileAtomic: the temporary file is created new: a symlink planted at its name is not followed", async () => {
+  await withDir(async (dir) => {
+    await Deno.writeTextFile(`${dir}/victim`, "victim", { mode: 0o644 });
+    // The temporary name's random part comes from crypto.getRandomValues: fixed here, it is predictable.
+    // Deno.symlink needs unscoped permissions; ln does not.
+    const ln = await new Deno.Command("ln", {
+      args: ["-s", `${dir}/victim`, `${dir}/.secret.${"00".repeat(8)}.tmp`],
+    })
+      .output();
+    assert.ok(ln.success, new TextDecoder().decode(ln.stderr));
+    const getRandomValues = crypto.getRandomValues;
+    crypto.getRandomValues = <T extends ArrayBufferView | null>(array: T): T => {
+      if (array) new Uint8Array(array.buffer, array.byteOffset, array.byteLength).fill(0);
+      return array;
+    };
+    try {
+      await assert.rejects(writeFileAtomic(`${dir}/secret`, "secret bytes"), (error) => {
+        assert.ok(error instanceof AtomicWriteError, String(error));
+        assert.equal(error.reason, "failed");
+        return true;
+      });
+    } finally {
+      crypto.getRandomValues = getRandomValues;
+    }
+    assert.equal(await Deno.readTextFile(`${dir}/victim`), "victim");
+    assert.equal((await Deno.stat(`${dir}/victim`)).mode! & 0o777, 0o644);
+    assert.deepEqual(await entries(dir), [`.secret.${"00".repeat(8)}.tmp`, "victim"], "no target written");
+  });
+});
+
 Deno.test("writeFileAtomic: replaces an existing file (and its mode) by rename", async () => {
   await withDir(async (dir) => {
     await Deno.writeTextFile(`${dir}/state.json`, "old content, longer than the new one", { mode: 0o644 });

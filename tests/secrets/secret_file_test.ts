@@ -43,3 +43,22 @@ Deno.test("readSecretFile() names the file and the problem, never the content", 
     }
   });
 });
+
+Deno.test("readSecretFile() accepts a file of exactly minLength bytes, refuses one byte fewer", async (t) => {
+  await withTempDir(async (dir) => {
+    const rows: { name: string; length: number; accepted: boolean }[] = [
+      { name: "minLength bytes", length: 16, accepted: true },
+      { name: "minLength - 1 bytes", length: 15, accepted: false },
+    ];
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        const bytes = new Uint8Array(row.length).fill(0x42);
+        await Deno.writeFile(`${dir}/secret`, bytes);
+        const read = readSecretFile(`${dir}/secret`, { description: "salt", minLength: 16 });
+        if (row.accepted) assert.deepEqual(await read, bytes);
+        else {await assert.rejects(read, (err) =>
+            err instanceof SecretFileError && err.reason === "too-short");}
+      });
+    }
+  });
+});
