@@ -7,6 +7,8 @@
  * cleanup delete rides out server errors.
  */
 import assert from "node:assert/strict";
+import { Code } from "@connectrpc/connect";
+import { JoinService } from "../../src/joinservice/service.ts";
 import { bootstrapTokens, bootstrapTokenSecretName } from "../../src/joinservice/bootstraptoken.ts";
 import { KubernetesClient } from "../../src/kubernetes/client.ts";
 import { KUBE_SYSTEM_NAMESPACE } from "../../src/kubernetes/names.ts";
@@ -15,6 +17,8 @@ import { systemClock } from "../../src/clock.ts";
 import { type ApiFaultProxy, startApiFaultProxy } from "../support/api_fault_proxy.ts";
 import { type FakeApiServer, startFakeApiServer } from "../support/fake_apiserver.ts";
 import { issueLoopbackServerCert } from "../support/pki.ts";
+import { expectConnectError } from "../support/connect_error.ts";
+import { fakeContext, fakeDependencies, fakeJoinRequest } from "../support/join_fakes.ts";
 
 const secretPath = (name: string) => `/api/v1/namespaces/${KUBE_SYSTEM_NAMESPACE}/secrets/${name}`;
 /** The Secret a token error names ("… secret kube-system/bootstrap-token-<id>: …"). */
@@ -106,5 +110,47 @@ Deno.test("deleting an unused token rides out API server errors", async () => {
     await tokens.delete(tokenId, {});
     assert.equal(proxy.counts["error-500"], 2);
     assert.equal(api.getObject(secretPath(bootstrapTokenSecretName(tokenId))), undefined);
+  });
+});
+
+Deno.test("deleting a token whose Secret is gone already is done: one DELETE, answered 404, no warning", async (t) => {
+  await t.step("the delete resolves, without a retry", async () => {
+    await withProxiedApi(async ({ api, client }) => {
+      const tokens = bootstrapTokens({ client, clock: systemClock });
+      const { tokenId } = await tokens.create({});
+      // The API server's token cleaner (or another replica) got there first.
+      assert.ok(api.deleteObject(secretPath(bootstrapTokenSecretName(tokenId))));
+      const before = api.requests.length;
+      await tokens.delete(tokenId, {});
+      assert.deepEqual(api.requests.slice(before).map((r) => [r.method, r.status]), [["DELETE", 404]]);
+    });
+  });
+  await t.step("a failed ticket's cleanup of such a token logs no warning", async () => {
+    await withProxiedApi(async ({ api, client }) => {
+      const tokens = bootstrapTokens({ client, clock: systemClock });
+      const deleted: string[] = [];
+      const world = fakeDependencies({
+        sealFails: true,
+        tokens: {
+          create: async (options) => {
+            const created = await tokens.create(options);
+            api.deleteObject(secretPath(bootstrapTokenSecretName(created.tokenId)));
+            return created;
+          },
+          delete: async (tokenId, options) => {
+            await tokens.delete(tokenId, options);
+            deleted.push(tokenId);
+          },
+        },
+      });
+      const service = new JoinService(world.deps).handlers();
+      await expectConnectError(
+        Promise.resolve(service.issueJoinTicket(fakeJoinRequest(), fakeContext())),
+        Code.InvalidArgument,
+      );
+      assert.equal(world.audit[0].reason, "seal-failed");
+      assert.deepEqual(world.logs.filter((line) => line.level === "warn"), []);
+      assert.equal(deleted.length, 1, "the token's delete resolved");
+    });
   });
 });

@@ -421,6 +421,52 @@ Deno.test("rejoin tickets: the two keys and nothing else", async (t) => {
   }
 });
 
+Deno.test("both ticket methods are rate-limited per peer: over its rate, a peer is refused before any work", async (t) => {
+  const rows: { name: string; method: TicketMethod; role: RequestRole }[] = [
+    { name: "a join ticket", method: "IssueJoinTicket", role: "worker" },
+    { name: "a rejoin ticket", method: "IssueRejoinTicket", role: "rejoin" },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      const peersAsked: string[] = [];
+      const keysAsked: string[] = [];
+      const world = fakeDependencies({
+        peerLimiter: {
+          take: (peer) => {
+            peersAsked.push(peer);
+            return false;
+          },
+        },
+        keys: {
+          getDataKey: (id) => {
+            keysAsked.push(id);
+            return Promise.resolve(fakeKey(id));
+          },
+        },
+      });
+      const service = new JoinService(world.deps).handlers();
+      const call = row.method === "IssueJoinTicket"
+        ? service.issueJoinTicket(fakeJoinRequest(), fakeContext())
+        : service.issueRejoinTicket(
+          create(IssueRejoinTicketRequestSchema, {
+            diskUuid: DISK_UUID,
+            attestation: fakeJoinRequest().attestation,
+          }),
+          fakeContext(),
+        );
+      await expectConnectError(Promise.resolve(call), Code.ResourceExhausted);
+      assert.deepEqual(peersAsked, [FAKE_PEER]);
+      assert.equal(world.audit.length, 1);
+      assert.equal(world.audit[0].method, row.method);
+      assert.equal(world.audit[0].role, row.role);
+      assert.equal(world.audit[0].reason, "rate-limit-peer");
+      assert.deepEqual(world.exchangeCalls, { precheck: 0, verify: 0 }, "no attestation was checked");
+      assert.deepEqual(keysAsked, [], "the key service was not asked");
+      assert.deepEqual(world.writes, []);
+    });
+  }
+});
+
 Deno.test("audit: the entry names the peer, the config, the node's key and what it reported", async () => {
   const world = fakeDependencies({ keyDigest: CONTROL_PLANE_KEY });
   await join(world, fakeJoinRequest(controlPlane), "2001:db8::7");

@@ -562,6 +562,61 @@ Deno.test("client: a create is never retried", async () => {
   }
 });
 
+Deno.test("client: only GETs are retried: an update, an apply and a delete that fail are sent once", async (t) => {
+  const joiningNodePath = "/apis/update.edgeless.systems/v1alpha1/joiningnodes/worker-1";
+  const rows: {
+    name: string;
+    method: string;
+    path: string;
+    call: (client: KubernetesClient) => Promise<unknown>;
+  }[] = [
+    {
+      name: "updateSecret (PUT)",
+      method: "PUT",
+      path: secretPath,
+      call: (client) =>
+        client.updateSecret("kube-system", { ...bootstrapTokenSecret(), stringData: { extra: "x" } }),
+    },
+    {
+      name: "applyCustomResource (PATCH)",
+      method: "PATCH",
+      path: joiningNodePath,
+      call: (client) =>
+        client.applyCustomResource<JoiningNode>(joiningNodes, {
+          kind: "JoiningNode",
+          metadata: { name: "worker-1" },
+          spec: { name: "worker-1", iscontrolplane: false, deadline: "2030-01-01T00:00:00Z" },
+        }, { fieldManager: "join-service" }),
+    },
+    {
+      name: "deleteSecret (DELETE)",
+      method: "DELETE",
+      path: secretPath,
+      call: (client) => client.deleteSecret("kube-system", "bootstrap-token-abcdef"),
+    },
+  ];
+  const failures = [
+    { mode: "unavailable", reason: "ServiceUnavailable", code: 503 },
+    { mode: "reset", reason: "Unavailable", code: 0 },
+  ] as const;
+  for (const row of rows) {
+    for (const failure of failures) {
+      await t.step(`${row.name}, ${failure.mode}`, async () => {
+        await withClient(async (client, server) => {
+          await client.createSecret("kube-system", bootstrapTokenSecret());
+          const secretBefore = server.getObject(secretPath);
+          // One failure only: a retry would succeed.
+          server.failNext(1, failure.mode);
+          await assertKubernetesError(row.call(client), failure.reason, failure.code);
+          assert.equal(requestsTo(server, row.method, row.path).length, 1, "sent exactly once");
+          assert.deepEqual(server.getObject(secretPath), secretBefore, "the Secret is unchanged");
+          assert.equal(server.getObject(joiningNodePath), undefined, "no JoiningNode was applied");
+        });
+      });
+    }
+  }
+});
+
 Deno.test("client: the caller's AbortSignal ends a call at once with the signal's reason", async () => {
   await withClient(async (client, server) => {
     server.setHang(true);
@@ -695,5 +750,83 @@ Deno.test("client: an answer over the size bound, or one that is not a JSON obje
   } finally {
     client.close();
     await server.shutdown();
+  }
+});
+
+Deno.test("client: a redirect is not followed: the other server sees nothing, the call fails with the 3xx", async (t) => {
+  // Two TLS servers under one CA: the "API server" redirects every request to the other one, with a body
+  // that would pass for the answer.
+  const ca = await createTestCa("CN=redirect-test-ca");
+  const serverCert = await issueLoopbackServerCert(ca, "CN=kube-apiserver");
+  const tls = { cert: serverCert.certPem, key: serverCert.keyPem };
+  const secretJson = JSON.stringify(bootstrapTokenSecret());
+  const elsewhere: { method: string; authorization: string | null }[] = [];
+  const other = Deno.serve({ hostname: "127.0.0.1", port: 0, ...tls, onListen: () => {} }, (request) => {
+    elsewhere.push({ method: request.method, authorization: request.headers.get("authorization") });
+    return new Response(secretJson, { headers: { "content-type": "application/json" } });
+  });
+  let status = 302;
+  const seen: { method: string; authorization: string | null }[] = [];
+  const api = Deno.serve({ hostname: "127.0.0.1", port: 0, ...tls, onListen: () => {} }, (request) => {
+    seen.push({ method: request.method, authorization: request.headers.get("authorization") });
+    const location = `https://127.0.0.1:${other.addr.port}${new URL(request.url).pathname}`;
+    return new Response(secretJson, { status, headers: { location, "content-type": "application/json" } });
+  });
+  const client = new KubernetesClient(
+    {
+      server: `https://127.0.0.1:${api.addr.port}`,
+      caPem: ca.certPem,
+      token: staticToken("redirect-test-token"),
+      namespace: "default",
+    },
+    { retryDelayMs: 10 },
+  );
+  const rows: { name: string; status: number; method: string; call: () => Promise<unknown> }[] = [
+    {
+      name: "a GET answered 302",
+      status: 302,
+      method: "GET",
+      call: () => client.getSecret("kube-system", "x"),
+    },
+    {
+      name: "a GET answered 301",
+      status: 301,
+      method: "GET",
+      call: () => client.getSecret("kube-system", "x"),
+    },
+    {
+      name: "a create answered 307",
+      status: 307,
+      method: "POST",
+      call: () => client.createSecret("kube-system", bootstrapTokenSecret()),
+    },
+    {
+      name: "an update answered 308",
+      status: 308,
+      method: "PUT",
+      call: () => client.updateSecret("kube-system", bootstrapTokenSecret()),
+    },
+  ];
+  try {
+    for (const row of rows) {
+      await t.step(row.name, async () => {
+        status = row.status;
+        seen.length = 0;
+        elsewhere.length = 0;
+        const outcome = await row.call().then(() => "answered", (error: unknown) => error);
+        assert.deepEqual(elsewhere, [], "the redirect target saw no request (and no bearer token)");
+        assert.deepEqual(seen, [{ method: row.method, authorization: "Bearer redirect-test-token" }]);
+        // A 3xx is no success, whatever its body.
+        await assertKubernetesError(
+          Promise.reject(outcome),
+          "Unknown",
+          row.status,
+          new RegExp(`Unknown \\(${row.status}\\)`),
+        );
+      });
+    }
+  } finally {
+    client.close();
+    await Promise.all([api.shutdown(), other.shutdown()]);
   }
 });

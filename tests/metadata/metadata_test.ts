@@ -294,6 +294,20 @@ Deno.test("metadata client: malformed answers are errors naming the field, never
       message: /is not a host or host:port/,
     },
     {
+      name: "/endpoint with port 0",
+      body: '"10.0.0.1:0"',
+      call: (c) => c.endpoint(),
+      reason: "malformed",
+      message: /the endpoint "10\.0\.0\.1:0" has an invalid port/,
+    },
+    {
+      name: "/endpoint with a port over 65535",
+      body: '"[fd00::1]:65536"',
+      call: (c) => c.endpoint(),
+      reason: "malformed",
+      message: /the endpoint "\[fd00::1\]:65536" has an invalid port/,
+    },
+    {
       name: "/initsecrethash not a bcrypt hash",
       body: "secret",
       call: (c) => c.initSecretHash(),
@@ -338,6 +352,55 @@ Deno.test("metadata client: malformed answers are errors naming the field, never
     answer = { body: JSON.stringify({ ...good, Role: "control-plane", Zone: "a" }) };
     assert.equal((await client.self()).role, "ControlPlane");
   });
+});
+
+Deno.test("metadata client: a redirect is not followed, and a 3xx is an error even with a valid answer", async (t) => {
+  const good = {
+    Name: "worker-0",
+    ProviderID: "qemu:///hostname/worker-0",
+    Role: "Worker",
+    VPCIP: "10.42.1.2",
+  };
+  const elsewhere: string[] = [];
+  await using other = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (request) => {
+    elsewhere.push(`${request.method} ${new URL(request.url).pathname}`);
+    return new Response(JSON.stringify(good), { headers: { "content-type": "application/json" } });
+  });
+  let answer = { status: 302, body: "" };
+  await using redirecting = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    (request) =>
+      new Response(answer.body, {
+        status: answer.status,
+        headers: {
+          location: `http://127.0.0.1:${other.addr.port}${new URL(request.url).pathname}`,
+          "content-type": "application/json",
+        },
+      }),
+  );
+  const client = new MetadataClient({ baseUrl: `http://127.0.0.1:${redirecting.addr.port}/` });
+  const rows: { name: string; status: number; body: string; call: () => Promise<unknown> }[] = [
+    { name: "/self answered 302", status: 302, body: JSON.stringify(good), call: () => client.self() },
+    { name: "/peers answered 301", status: 301, body: JSON.stringify([good]), call: () => client.peers() },
+    { name: "/endpoint answered 303", status: 303, body: '"10.0.0.1:6443"', call: () => client.endpoint() },
+    { name: "/initsecrethash answered 308", status: 308, body: HASH, call: () => client.initSecretHash() },
+    { name: "/log answered 307", status: 307, body: "", call: () => client.log("booting") },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, async () => {
+      answer = { status: row.status, body: row.body };
+      elsewhere.length = 0;
+      const outcome = await row.call().then(() => "answered", (error: unknown) => error);
+      assert.deepEqual(elsewhere, [], "the redirect target saw no request");
+      const error = await assertMetadataError(
+        Promise.reject(outcome),
+        "rejected",
+        new RegExp(`answered ${row.status}`),
+      );
+      assert.equal(error.status, row.status);
+      assert.equal(error.retryable, false);
+    });
+  }
 });
 
 Deno.test("metadata client: a server that is down or does not answer", async (t) => {
