@@ -658,7 +658,11 @@ export async function joinServiceProcess(
   });
   const listening = JSON.parse(process.stderrLines.find((line) => JOIN_SERVICE_LISTENING.test(line))!);
   const url = `https://${hostname}:${process.port}`;
-  const connection = connectRpc({ baseUrl: url, caCerts: [caPem] });
+  const connection = connectRpc({
+    baseUrl: url,
+    caCerts: [caPem],
+    idleConnectionTimeoutMs: clientIdleTimeoutMs(args),
+  });
   const client = createClient(API, connection.transport);
   let stopped: Promise<Deno.CommandStatus> | undefined;
   // A join service that dies by itself fails every later call: say why, once, where the test output shows it.
@@ -724,4 +728,16 @@ export async function auditLines(service: JoinServiceProcess): Promise<AuditLine
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   return read();
+}
+
+/**
+ * The test client's idle timeout for a join service started with `args`: below the service's own
+ * `--idle-timeout`, as a client's should be (connectRpc's default, 60 s, is below the services' 120 s).
+ * A client that keeps a connection the server is closing for idleness races its GOAWAY: a call sent just
+ * then can end "Premature close" (the hostile-peer test runs the service with a 1 s idle timeout).
+ */
+function clientIdleTimeoutMs(args: string[]): number | undefined {
+  const at = args.indexOf("--idle-timeout");
+  const seconds = at === -1 ? NaN : Number(args[at + 1]);
+  return Number.isFinite(seconds) ? Math.min(60_000, seconds * 500) : undefined;
 }
