@@ -82,6 +82,8 @@ export interface InitMetadata {
 
 /** Installs the Kubernetes components (helper J's components installer). */
 export interface ComponentInstaller {
+  /** Throws when `components` could not be installed here, before anything is downloaded. */
+  check(components: readonly KubernetesComponent[]): void;
   /** Downloads, verifies and installs `components`. */
   install(components: readonly KubernetesComponent[], options?: SignalOptions): Promise<void>;
 }
@@ -156,6 +158,11 @@ export class KubeadmClusterInitializer implements ClusterInitializer {
   constructor(options: KubeadmClusterInitializerOptions) {
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
+  }
+
+  /** Checks `components` with the installer (none: they are expected in place, nothing to check). */
+  checkComponents(components: readonly KubernetesComponent[]): void {
+    this.#options.components?.check(components);
   }
 
   /** This node's name, VPC IP and API server endpoint, from the metadata API. */

@@ -216,6 +216,11 @@ export interface ClusterInitializer {
    * Rejects with an {@linkcode InitNodeError}.
    */
   describeNode(options?: SignalOptions): Promise<InitNode>;
+  /**
+   * Throws when `components` could not be installed on this node (a path under its root longer than Linux
+   * allows): checked before the lock, as the join client checks a ticket's.
+   */
+  checkComponents(components: readonly KubernetesComponent[]): void;
   /** Initializes the cluster; resolves with the admin kubeconfig kubeadm wrote. */
   initialize(params: ClusterInitParameters, options?: SignalOptions): Promise<{ kubeconfig: Uint8Array }>;
 }
@@ -724,8 +729,9 @@ export class InitServer {
     let components: KubernetesComponent[];
     try {
       components = parseComponents(encodeComponents(request.kubernetesComponents));
+      this.#deps.cluster.checkComponents(components);
     } catch (error) {
-      throw invalid(`kubernetes_components: ${(error as Error).message}`, error);
+      throw invalid(`kubernetes_components: ${errorMessage(error)}`, error);
     }
     // The result is sealed to this key after kubeadm ran: make sure now that it can be.
     try {

@@ -81,6 +81,11 @@ async function setup(
       endpoint: () => Promise.resolve({ host: "10.0.0.100", port: 6443 }),
     },
     components: {
+      check: (components) => {
+        if (components.some((c) => c.installPath.includes("refused"))) {
+          throw new Error("refused by the installer");
+        }
+      },
       install: (components) => {
         installed.push(...components.map((c) => c.installPath));
         return Promise.resolve();
@@ -309,4 +314,15 @@ Deno.test("describeNode: the node's name and addresses from the metadata API, or
       }
     });
   }
+});
+
+Deno.test("checkComponents: the installer's check, before the lock", async () => {
+  await using server = await startFakeApiServer();
+  await using s = await setup(server);
+  const component = parameters().components[0];
+  s.initializer.checkComponents([component]);
+  assert.throws(
+    () => s.initializer.checkComponents([{ ...component, installPath: "/run/refused" }]),
+    /refused by the installer/,
+  );
 });

@@ -226,6 +226,7 @@ Deno.test("init server", async (t) => {
         options: { initTimeoutMs: 20 },
         cluster: {
           describeNode: () => Promise.resolve({ nodeName: "control-plane-0", nodeIp: "10.0.0.2" }),
+          checkComponents: () => {},
           initialize: () =>
             new Promise((resolve) => setTimeout(() => resolve({ kubeconfig: new Uint8Array([1]) }), 60)),
         },
@@ -304,6 +305,20 @@ Deno.test("init server", async (t) => {
       assert.equal(decoder.decode(result.kubeconfig), FAKE_KUBECONFIG);
     },
   );
+
+  await t.step("components this node could not install: refused before the lock", async () => {
+    const w = world({
+      componentsRefused: "install path under the node's root /x is longer than Linux allows",
+    });
+    const error = await refused(w);
+    assert.equal(error.code, Code.InvalidArgument);
+    assert.equal(
+      error.serverMessage,
+      "kubernetes_components: install path under the node's root /x is longer than Linux allows",
+    );
+    assert.deepEqual(w.calls, [], "no lock, no disk, no kubeadm");
+    assert.equal(w.server.phase, "idle");
+  });
 
   await t.step("this node's metadata unreadable or its name unusable: refused before the lock", async (t) => {
     const rows = [

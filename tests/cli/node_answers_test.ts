@@ -402,6 +402,7 @@ Deno.test("cli init refuses an init_success the protocol does not allow, and wri
         fakeInitDependencies({
           cluster: {
             describeNode: () => Promise.resolve({ nodeName: "control-plane-0", nodeIp: "10.0.0.2" }),
+            checkComponents: () => {},
             initialize: () => Promise.resolve({ kubeconfig: new Uint8Array(0) }),
           },
         }),

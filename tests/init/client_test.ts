@@ -482,6 +482,7 @@ Deno.test("an init_success the protocol does not allow is a protocol error, not 
   const emptyKubeconfig = (): Partial<InitWorld["deps"]> => ({
     cluster: {
       describeNode: () => Promise.resolve({ nodeName: "control-plane-0", nodeIp: "10.0.0.2" }),
+      checkComponents: () => {},
       // The node's kubeadm wrote nothing, and the node seals that as its success.
       initialize: () => Promise.resolve({ kubeconfig: new Uint8Array(0) }),
     },

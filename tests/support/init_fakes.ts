@@ -89,6 +89,8 @@ export interface InitFakeOverrides extends Partial<InitServerDependencies> {
   clusterFails?: string;
   /** Reading this node's name and addresses (before the lock) fails with this error. */
   nodeFails?: Error;
+  /** The cluster initializer's component check (before the lock) throws this message. */
+  componentsRefused?: string;
   /** The cluster initializer waits for this before answering. */
   clusterGate?: Promise<void>;
   /** The cluster initializer (a kubeadm or component server that never answers) ends only when cancelled. */
@@ -128,6 +130,7 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
     lockTakenByJoin,
     clusterFails,
     nodeFails,
+    componentsRefused,
     clusterGate,
     clusterNeverEnds,
     nodeLogs,
@@ -176,6 +179,9 @@ export function fakeInitDependencies(overrides: InitFakeOverrides = {}): InitWor
       },
     },
     cluster: {
+      checkComponents: () => {
+        if (componentsRefused) throw new Error(componentsRefused);
+      },
       describeNode: () => {
         if (nodeFails) return Promise.reject(nodeFails);
         return Promise.resolve({ nodeName: "control-plane-0", nodeIp: "10.0.0.2" });
