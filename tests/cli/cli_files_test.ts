@@ -622,3 +622,63 @@ Deno.test("a node call's error in the operator's words: a timeout is unreachable
   );
   assert.equal(wrongServerHint(Code.PermissionDenied, RECOVERY_SERVER), "", "a real refusal gets no hint");
 });
+
+Deno.test("command line: cli recover's two ways take only their own flags, and a whole disk UUID", async (t) => {
+  const offline = ["recover", "--master-secret", "m"];
+  const online = ["recover", "--node", "10.0.0.1:9999", "--master-secret", "m", "--attestation-config", "a"];
+  const rows: { name: string; args: string[]; want: RegExp }[] = [
+    {
+      name: "a disk UUID with text after it",
+      args: [...offline, "--disk-uuid", `${REFERENCE_UUID}0`, "--print-hex"],
+      want: /^invalid --disk-uuid "0123abcd-0000-4000-8000-00000000cafe0"/,
+    },
+    {
+      name: "a disk UUID with text before it",
+      args: [...offline, "--disk-uuid", `x${REFERENCE_UUID}`, "--print-hex"],
+      want: /^invalid --disk-uuid/,
+    },
+    {
+      name: "a disk UUID followed by a newline",
+      args: [...offline, "--disk-uuid", `${REFERENCE_UUID}\n`, "--print-hex"],
+      want: /^invalid --disk-uuid/,
+    },
+    {
+      name: "a disk UUID without its dashes",
+      args: [...offline, "--disk-uuid", REFERENCE_UUID.replaceAll("-", ""), "--print-hex"],
+      want: /^invalid --disk-uuid/,
+    },
+    {
+      name: "--timeout without --node",
+      args: [...offline, "--disk-uuid", REFERENCE_UUID, "--print-hex", "--timeout", "5"],
+      want: /^--timeout needs --node$/,
+    },
+    { name: "--node with --out", args: [...online, "--out", "k"], want: /^give --node or --out, not both$/ },
+    {
+      name: "--out and --print-hex",
+      args: [...offline, "--disk-uuid", REFERENCE_UUID, "--out", "k", "--print-hex"],
+      want: /^give --out or --print-hex, not both$/,
+    },
+    {
+      name: "an empty --out",
+      args: [...offline, "--disk-uuid", REFERENCE_UUID, "--out", ""],
+      want: /^missing --out$/,
+    },
+    {
+      name: "an empty --node",
+      args: ["recover", "--node", "", "--master-secret", "m"],
+      want: /^missing --node$/,
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, () => {
+      assert.throws(() => parseCliArgs(row.args), (e) => e instanceof UsageError && row.want.test(e.message));
+    });
+  }
+  await t.step("an upper-case disk UUID is taken as given (the key derivation lower-cases it)", () => {
+    const upper = REFERENCE_UUID.toUpperCase();
+    assert.deepEqual(parseCliArgs([...offline, "--disk-uuid", upper, "--out", "k"]), {
+      command: "recover",
+      recover: { masterSecret: "m", diskUuid: upper, output: { file: "k" } },
+    });
+  });
+});

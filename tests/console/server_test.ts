@@ -197,3 +197,44 @@ Deno.test("the console listens on loopback only (browsers give WebCrypto to secu
     });
   }
 });
+
+Deno.test("the console server: only its own address and port in Host, only GET and HEAD", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "console-files-" });
+  try {
+    await Deno.writeTextFile(`${dir}/index.html`, "<!doctype html><title>page</title>");
+    await using server = await serveConsole({ dir, hostname: "127.0.0.1", port: 0 });
+    const port = server.port;
+    const hosts: { name: string; host: string; want: number }[] = [
+      { name: "its address", host: `127.0.0.1:${port}`, want: 200 },
+      { name: "localhost", host: `localhost:${port}`, want: 200 },
+      { name: "IPv6 loopback", host: `[::1]:${port}`, want: 200 },
+      { name: "its address on another port", host: `127.0.0.1:${port + 1}`, want: 421 },
+      { name: "its address without a port", host: "127.0.0.1", want: 421 },
+      { name: "a name that starts with localhost", host: `localhost.attacker.example:${port}`, want: 421 },
+      { name: "its port after another name", host: `127.0.0.1.attacker.example:${port}`, want: 421 },
+      { name: "the wildcard address", host: `0.0.0.0:${port}`, want: 421 },
+      { name: "another loopback address", host: `127.0.0.2:${port}`, want: 421 },
+    ];
+    for (const row of hosts) {
+      await t.step(`Host: ${row.name}`, async () => {
+        assert.match(await rawGet(port, row.host), new RegExp(`^HTTP/1\\.1 ${row.want} `));
+      });
+    }
+    for (const method of ["PUT", "DELETE", "PATCH", "OPTIONS"]) {
+      await t.step(`${method} is refused with the methods that are allowed`, async () => {
+        const response = await fetch(server.url, { method, body: method === "OPTIONS" ? undefined : "x" });
+        await response.body?.cancel();
+        assert.equal(response.status, 405);
+        assert.equal(response.headers.get("allow"), "GET, HEAD");
+      });
+    }
+    await t.step("HEAD is answered without a body", async () => {
+      const response = await fetch(server.url, { method: "HEAD" });
+      assert.equal(response.status, 200);
+      assert.equal(response.headers.get("content-security-policy"), CONTENT_SECURITY_POLICY);
+      assert.equal(await response.text(), "");
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -2,7 +2,9 @@ import assert from "node:assert/strict";
 import {
   authenticateBootstrapToken,
   BOOTSTRAPPERS_GROUP,
+  clusterRbac,
   kubeadmRbac,
+  NODES_GROUP,
   type RbacRequest,
 } from "../../src/localapi/bootstrap.ts";
 import { BOOTSTRAP_TOKEN_GROUP, BOOTSTRAP_TOKEN_SECRET_TYPE } from "../../src/joinservice/bootstraptoken.ts";
@@ -139,5 +141,60 @@ Deno.test("kubeadm's bootstrap RBAC: a node token reads kubeadm's two ConfigMaps
   ];
   for (const row of rows) {
     await t.step(row.name, () => assert.equal(kubeadmRbac(row.request), row.allowed));
+  }
+});
+
+Deno.test("a kubeadm cluster's other identities: admins anything, kubelets their CSRs only, others undecided", async (t) => {
+  const kubelet = { user: "system:node:worker-1", groups: [NODES_GROUP, "system:authenticated"] };
+  const admin = { user: "kubernetes-admin", groups: ["kubeadm:cluster-admins", "system:authenticated"] };
+  const superAdmin = { user: "kubernetes-super-admin", groups: ["system:masters"] };
+  const csr = (verb: string) => ({
+    verb,
+    group: "certificates.k8s.io",
+    resource: "certificatesigningrequests",
+  });
+  const secret = {
+    verb: "get",
+    group: "",
+    resource: "secrets",
+    namespace: "kube-system",
+    name: "constellation-mastersecret",
+  };
+  const rows: { name: string; request: RbacRequest; allowed: boolean | undefined }[] = [
+    ...["create", "get", "list", "watch"].map((verb) => ({
+      name: `a kubelet may ${verb} CSRs`,
+      request: { ...kubelet, ...csr(verb) },
+      allowed: true,
+    })),
+    ...["update", "patch", "delete"].map((verb) => ({
+      name: `a kubelet may not ${verb} a CSR (its approval is the signer's)`,
+      request: { ...kubelet, ...csr(verb) },
+      allowed: false,
+    })),
+    {
+      name: "a kubelet may not create a resource of the same name in another group",
+      request: { ...kubelet, ...csr("create"), group: "example.com" },
+      allowed: false,
+    },
+    { name: "a kubelet may not read the master secret", request: { ...kubelet, ...secret }, allowed: false },
+    {
+      name: "a kubelet may not read a ConfigMap",
+      request: { ...kubelet, verb: "get", group: "", resource: "configmaps", namespace: "kube-system" },
+      allowed: false,
+    },
+    {
+      name: "kubeadm's cluster admins read the master secret",
+      request: { ...admin, ...secret },
+      allowed: true,
+    },
+    { name: "system:masters delete CSRs", request: { ...superAdmin, ...csr("delete") }, allowed: true },
+    {
+      name: "a user named like a node but outside system:nodes: undecided",
+      request: { user: "system:node:worker-1", groups: ["system:authenticated"], ...csr("create") },
+      allowed: undefined,
+    },
+  ];
+  for (const row of rows) {
+    await t.step(row.name, () => assert.equal(clusterRbac(row.request), row.allowed));
   }
 });
