@@ -445,3 +445,37 @@ Deno.test("cli init refuses an init_success the protocol does not allow, and wri
     });
   }
 });
+
+Deno.test("cli recover --node of several nodes: canceled (Ctrl-C) during the first, it asks no other", async () => {
+  await using files = await operatorFiles(DUMMY_ATTESTATION_CONFIG);
+  const asked: string[] = [];
+  const hanging = (name: string) => (router: ConnectRouter) =>
+    router.service(RecoverAPI, {
+      getAttestation: (_request, context) => {
+        asked.push(name);
+        return new Promise((_resolve, reject) =>
+          context.signal.addEventListener("abort", () => reject(context.signal.reason))
+        );
+      },
+      recover: () => Promise.reject(new ConnectError("not reached", Code.Internal)),
+    });
+  await using first = await serveNode(hanging("first"));
+  await using second = await serveNode(hanging("second"));
+  const ctrlC = new AbortController();
+  const recovering = runRecoverNode(
+    {
+      nodes: [first.node, second.node],
+      masterSecret: files.masterSecret,
+      attestationConfig: files.attestationConfig,
+      timeoutMs: 10_000,
+    },
+    { logger: createWarningLogger(() => {}), print: () => {}, signal: ctrlC.signal },
+  ).then(() => undefined, (e) => e);
+  while (asked.length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+  ctrlC.abort();
+  const error = await recovering;
+  assert.ok(error instanceof CliError, String(error));
+  assert.equal(error.reason, "canceled");
+  assert.equal(error.message, `the call to node ${first.node} was canceled`);
+  assert.deepEqual(asked, ["first"], "the second node is not asked after the cancel");
+});
