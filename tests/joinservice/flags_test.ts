@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { type JoinServiceFlags, parseJoinServiceFlags } from "../../src/joinservice/flags.ts";
 import { UsageError } from "../../src/flags/flags.ts";
+import { formatIp } from "../../src/net/ip.ts";
 
 /** The flags every join service needs; a case adds its own after them (later flags win). */
 const REQUIRED = [
@@ -151,4 +152,66 @@ Deno.test("parseJoinServiceFlags() wants an http(s) metadata URL without credent
       .metadataUrl,
     "http://10.42.0.1:8080",
   );
+});
+
+Deno.test("parseJoinServiceFlags() reads the challenge lifetime: 120 s by default, 1 s to an hour", async (t) => {
+  const rows: { name: string; args: string[]; ms?: number; error?: string }[] = [
+    { name: "default", args: [], ms: 120_000 },
+    { name: "lowest", args: ["--nonce-lifetime", "1"], ms: 1_000 },
+    { name: "highest", args: ["--nonce-lifetime", "3600"], ms: 3_600_000 },
+    {
+      name: "below a second",
+      args: ["--nonce-lifetime", "0.5"],
+      error: 'invalid --nonce-lifetime "0.5": want 1 to 3600 seconds',
+    },
+    {
+      name: "over an hour",
+      args: ["--nonce-lifetime", "3601"],
+      error: 'invalid --nonce-lifetime "3601": want 1 to 3600 seconds',
+    },
+  ];
+  for (const { name, args, ms, error } of rows) {
+    await t.step(name, () => {
+      if (error) return assertUsageError([...REQUIRED, ...args], error);
+      const flags = parseJoinServiceFlags([...REQUIRED, ...args]);
+      assert.ok(flags !== "help");
+      assert.equal(flags.nonceLifetimeMs, ms);
+    });
+  }
+});
+
+Deno.test("parseJoinServiceFlags() wants one of --api-server-endpoint and --metadata-url, not both", () => {
+  assertUsageError(
+    [...REQUIRED, "--metadata-url", "http://10.42.0.1:8080"],
+    "give only one of --api-server-endpoint and --metadata-url",
+  );
+  assertUsageError(
+    REQUIRED.slice(0, 4),
+    "one of --api-server-endpoint and --metadata-url is required",
+  );
+});
+
+Deno.test("parseJoinServiceFlags() reads the service network: kubeadm's 10.96.0.0/12 by default", async (t) => {
+  const network = (args: string[]) => {
+    const flags = parseJoinServiceFlags([...REQUIRED, ...args]);
+    assert.ok(flags !== "help");
+    return `${formatIp(flags.serviceNetwork.address)}/${flags.serviceNetwork.prefixLength}`;
+  };
+  await t.step("default", () => assert.equal(network([]), "10.96.0.0/12"));
+  await t.step(
+    "IPv4",
+    () => assert.equal(network(["--service-cluster-ip-range", "172.20.0.0/16"]), "172.20.0.0/16"),
+  );
+  await t.step(
+    "IPv6",
+    () => assert.equal(network(["--service-cluster-ip-range", "fd00:10::/108"]), "fd00:10::/108"),
+  );
+  for (const value of ["10.96.0.0", "10.96.0.0/33", "nonsense", ""]) {
+    await t.step(`refused: ${JSON.stringify(value)}`, () => {
+      assertUsageError(
+        [...REQUIRED, `--service-cluster-ip-range=${value}`],
+        `invalid --service-cluster-ip-range "${value}": want a CIDR like 10.96.0.0/12`,
+      );
+    });
+  }
 });

@@ -93,3 +93,72 @@ Deno.test("JoiningNodes.record replaces a stale control-plane record only if no 
     "the other replica's fresh record stays",
   );
 });
+
+/** A fresh control-plane record of `holder`, as another replica would write it. */
+function freshRecord(holder: string) {
+  return {
+    apiVersion: "update.edgeless.systems/v1alpha1",
+    kind: "JoiningNode",
+    metadata: { name: "control-plane" },
+    spec: { name: holder, componentsreference: "c", iscontrolplane: true, deadline: "2099-01-01T00:00:00Z" },
+  };
+}
+
+Deno.test("JoiningNodes.record: a record that changes between the calls of one attempt", async (t) => {
+  let before: ((request: { verb: string; name?: string }) => void) | undefined;
+  await using server = await startFakeApiServer({
+    authorize: (request) => {
+      if (request.name === "control-plane") before?.(request);
+      return true;
+    },
+  });
+  const connection = await resolveConnection(parseKubeconfig(server.kubeconfig()), { baseDir: "/" });
+  using client = new KubernetesClient(connection, { retryDelayMs: 10 });
+  const clock = new ManualClock();
+  const records = joiningNodes({ client, clock, logger: silentLogger });
+  const holder = () => (server.getObject(CONTROL_PLANE_PATH)?.spec as { name?: string } | undefined)?.name;
+
+  await t.step(
+    "gone before it is read (its node finished): the next control plane records itself",
+    async () => {
+      const first = await records.record(node("cp-1", true), {});
+      before = ({ verb }) => {
+        if (verb !== "get") return;
+        before = undefined;
+        server.deleteObject(CONTROL_PLANE_PATH); // cp-1 released its record between the create and the read
+      };
+      const second = await records.record(node("cp-2", true), {});
+      assert.equal(holder(), "cp-2");
+      assert.ok(second.uid);
+      assert.notEqual(second.uid, first.uid);
+      await records.release(second, {});
+    },
+  );
+
+  await t.step(
+    "stale, then replaced by another attempt of the same node: that attempt's record holds",
+    async () => {
+      await records.record(node("cp-stale", true), {});
+      clock.advance(11 * 60_000); // its 10-minute deadline passed
+      let uid: string | undefined;
+      before = ({ verb }) => {
+        if (verb !== "delete") return;
+        before = undefined;
+        // cp-3 asked another replica too, which replaced the stale record first.
+        server.deleteObject(CONTROL_PLANE_PATH);
+        server.putObject(CONTROL_PLANE_PATH, freshRecord("cp-3"));
+        uid = (server.getObject(CONTROL_PLANE_PATH)?.metadata as { uid?: string } | undefined)?.uid;
+      };
+      await assert.rejects(
+        records.record(node("cp-3", true), {}),
+        /control-plane node "cp-3" is joining until 2099-01-01T00:00:00Z; control planes join one at a time/,
+      );
+      assert.equal(typeof uid, "string", "the fixture record has a uid");
+      assert.equal(
+        (server.getObject(CONTROL_PLANE_PATH)?.metadata as { uid?: string } | undefined)?.uid,
+        uid,
+        "the other attempt's record was replaced",
+      );
+    },
+  );
+});

@@ -645,6 +645,49 @@ const hostile: HostileCase[] = [
     request: () => csr({ attributes: sanRequest(Uint8Array.of(0x87, 0x81, 0x04, 10, 0, 0, 7)) }),
     reason: "csr-malformed",
   },
+  {
+    label: "an IP address name of 8 bytes (an address and mask, as in name constraints)",
+    request: () => csr({ attributes: sanRequest(ipName(10, 0, 0, 7, 255, 255, 255, 0)) }),
+    reason: "csr-rejected",
+    message: /^certificate request has an IP address of invalid length 8$/,
+  },
+  {
+    label: "an IP address name of 5 bytes",
+    request: () => csr({ attributes: sanRequest(ipName(10, 0, 0, 7, 0)) }),
+    reason: "csr-rejected",
+    message: /^certificate request has an IP address of invalid length 5$/,
+  },
+  {
+    label: "an IP address name with the constructed bit ([7] constructed around 4 bytes)",
+    request: () => csr({ attributes: sanRequest(derElement(0xa7, Uint8Array.of(10, 0, 0, 7))) }),
+    reason: "csr-malformed",
+    message: /^certificate request has a malformed subjectAltName extension$/,
+  },
+  {
+    label: "a name of application class 7, not the context-specific [7] of an IP address",
+    request: () => csr({ attributes: sanRequest(derElement(0x47, Uint8Array.of(10, 0, 0, 7))) }),
+    reason: "csr-malformed",
+    message: /^certificate request has a malformed subjectAltName extension$/,
+  },
+  {
+    label: "a name of private class 7",
+    request: () => csr({ attributes: sanRequest(derElement(0xc7, Uint8Array.of(10, 0, 0, 7))) }),
+    reason: "csr-malformed",
+    message: /^certificate request has a malformed subjectAltName extension$/,
+  },
+  {
+    label: "two extension requests, each with one subjectAltName",
+    request: () => {
+      const request = sanRequest(ipName(10, 0, 0, 7));
+      const second = sanRequest(ipName(10, 0, 0, 8));
+      // Both attributes in one [0] set: its content is the two Attribute SEQUENCEs.
+      return csr({
+        attributes: derElement(0xa0, Uint8Array.of(...request.subarray(2), ...second.subarray(2))),
+      });
+    },
+    reason: "csr-rejected",
+    message: /^certificate request must have at most one extension request with one value$/,
+  },
 ];
 
 Deno.test("hostile CSRs end as the named rejection, never as a certificate or another error", async (t) => {

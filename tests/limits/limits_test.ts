@@ -135,3 +135,97 @@ Deno.test("per-peer slots count an IPv4 address or an IPv6 /64, and come back on
   assert.equal(slots.groups, 3);
   assert.throws(() => new PeerSlots(0), RangeError);
 });
+
+Deno.test("a token bucket never holds more than its burst", async (t) => {
+  const cases = [
+    { name: "after a long idle time", idleMs: 3_600_000 },
+    { name: "after exactly one refill", idleMs: 1_500 },
+  ];
+  for (const { name, idleMs } of cases) {
+    await t.step(name, () => {
+      const clock = new ManualClock();
+      const bucket = new TokenBucket({ rate: { perSecond: 2, burst: 3 }, clock });
+      clock.advance(idleMs);
+      const taken = Array.from({ length: 6 }, () => bucket.take());
+      assert.deepEqual(
+        taken,
+        [true, true, true, false, false, false],
+        "an idle peer still gets only its burst",
+      );
+    });
+  }
+});
+
+Deno.test("a token bucket gains nothing when the clock goes back", () => {
+  const clock = new ManualClock();
+  const bucket = new TokenBucket({ rate: { perSecond: 1, burst: 2 }, clock });
+  assert.deepEqual([bucket.take(), bucket.take(), bucket.take()], [true, true, false]);
+  clock.time -= 10_000; // a wall clock stepped back
+  assert.equal(bucket.take(), false, "going back is no time passing");
+  clock.advance(1_000);
+  assert.equal(bucket.take(), true, "one second after the step back: one token");
+  assert.equal(bucket.take(), false);
+});
+
+Deno.test("per-peer slots forget a peer group once it gave every slot back", () => {
+  const slots = new PeerSlots(3);
+  for (let i = 0; i < 100; i++) {
+    const giveBack = [slots.tryTake(`10.0.${i}.1`), slots.tryTake(`10.0.${i}.1`)];
+    assert.equal(slots.groups, 1);
+    for (const give of giveBack) give!();
+    assert.equal(slots.groups, 0, `peer ${i} is still counted after giving its slots back`);
+  }
+});
+
+Deno.test("a byte budget gets back at most what it holds", () => {
+  const budget = new ByteBudget(10);
+  assert.equal(budget.tryTake(4), true);
+  budget.give(100); // more than held: a double give, say
+  assert.equal(budget.held, 0);
+  assert.equal(budget.tryTake(10), true);
+  assert.equal(budget.tryTake(1), false, "the budget did not grow");
+});
+
+Deno.test("a work pool refuses bad concurrencies and callers already gone", async (t) => {
+  for (const concurrency of [0, -1]) {
+    await t.step(`concurrency ${concurrency}`, () => {
+      assert.throws(() => new WorkPool({ concurrency, maxQueued: 1 }), /pool concurrency must be at least 1/);
+    });
+  }
+  await t.step("a signal aborted before the call: the task never runs, with a free slot", async () => {
+    const pool = new WorkPool({ concurrency: 1, maxQueued: 1 });
+    let ran = false;
+    await assert.rejects(
+      pool.run(() => Promise.resolve(ran = true), { signal: AbortSignal.abort(new Error("caller gone")) }),
+      /caller gone/,
+    );
+    assert.equal(ran, false);
+    assert.deepEqual([pool.running, pool.queued], [0, 0]);
+  });
+});
+
+Deno.test("a work pool leaves no abort listener on a signal its queued tasks shared", async () => {
+  const pool = new WorkPool({ concurrency: 1, maxQueued: 10 });
+  const shared = new AbortController().signal; // e.g. the server's shutdown signal, given to every call
+  const listening = new Set<unknown>();
+  type Listen = (
+    type: string,
+    listener: EventListenerOrEventListenerObject,
+    options?: AddEventListenerOptions,
+  ) => void;
+  const add = shared.addEventListener.bind(shared) as Listen;
+  const remove = shared.removeEventListener.bind(shared) as Listen;
+  shared.addEventListener = ((type, listener, options) => {
+    listening.add(listener);
+    add(type, listener, options);
+  }) as Listen as typeof shared.addEventListener;
+  shared.removeEventListener = ((type, listener, options) => {
+    listening.delete(listener);
+    remove(type, listener, options);
+  }) as Listen as typeof shared.removeEventListener;
+  const results = await Promise.all(
+    Array.from({ length: 5 }, (_, i) => pool.run(() => Promise.resolve(i), { signal: shared })),
+  );
+  assert.deepEqual(results, [0, 1, 2, 3, 4]);
+  assert.equal(listening.size, 0, "listeners of tasks that started stay on the signal");
+});

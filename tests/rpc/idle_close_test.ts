@@ -111,6 +111,43 @@ Deno.test("closeWhenIdle", async (t) => {
     },
   );
 
+  await t.step("no GOAWAY while any of several streams is open", async () => {
+    const { session, socket, openStream } = watched();
+    const closeFirst = openStream();
+    const closeSecond = openStream();
+    closeFirst();
+    await sleep(IDLE_MS * 5);
+    assert.equal(session.closed, false, "GOAWAY with a stream still open");
+    assert.equal(socket.destroyed, false);
+    const closedLastAt = performance.now();
+    closeSecond();
+    await until(() => session.closed, "GOAWAY after the last stream closed");
+    atLeastAfter(session.closedAt, closedLastAt, IDLE_MS, "last stream close to GOAWAY");
+    socket.emit("close");
+  });
+
+  await t.step(
+    "a session destroyed under its last stream: no GOAWAY, the socket goes a grace period later",
+    async () => {
+      const { session, socket, openStream } = watched();
+      const reset = openStream();
+      session.destroyed = true; // gone without a close() of ours, e.g. a session error
+      const closedStreamAt = performance.now();
+      reset();
+      await until(() => socket.destroyed, "the socket's destruction");
+      assert.equal(session.closed, false, "close() called on a destroyed session");
+      atLeastAfter(socket.destroyedAt, closedStreamAt, GRACE_MS, "last stream to destruction");
+    },
+  );
+
+  await t.step("a socket the peer closed after the GOAWAY is not destroyed again", async () => {
+    const { session, socket } = watched();
+    await until(() => session.closed, "GOAWAY");
+    socket.emit("close"); // the peer answers the GOAWAY by closing
+    await sleep(GRACE_MS * 3);
+    assert.equal(socket.destroyed, false, "the grace timer outlived the socket");
+  });
+
   await t.step("a socket the peer closed stops both timers", async () => {
     const { session, socket } = watched();
     socket.emit("close");
