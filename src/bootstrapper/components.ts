@@ -199,7 +199,10 @@ export class ComponentInstaller {
     return target;
   }
 
-  /** Downloads with bounded retries; resolves to the temporary file and its hash. */
+  /**
+   * Downloads, retried with backoff until `attempts` or the caller's signal ends it; resolves to the
+   * temporary file and its hash.
+   */
   async #download(
     href: string,
     url: string,

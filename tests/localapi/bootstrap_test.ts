@@ -75,58 +75,49 @@ Deno.test("bootstrap token authentication: what kube-apiserver's authenticator a
   }
 });
 
+/** A request to read ConfigMap `namespace/name`, for any identity. */
+function configMap(namespace: string, name: string) {
+  return { verb: "get", group: "", resource: "configmaps", namespace, name };
+}
+
+/** A request to `verb` CertificateSigningRequests, for any identity. */
+function csr(verb: string) {
+  return { verb, group: "certificates.k8s.io", resource: "certificatesigningrequests" };
+}
+
+/** A request to read the cluster's master secret. */
+const MASTER_SECRET_GET = {
+  verb: "get",
+  group: "",
+  resource: "secrets",
+  namespace: "kube-system",
+  name: "constellation-mastersecret",
+};
+
 Deno.test("kubeadm's bootstrap RBAC: a node token reads kubeadm's two ConfigMaps and makes CSRs, nothing else", async (t) => {
   const nodeToken = { user: `system:bootstrap:${ID}`, groups: [BOOTSTRAPPERS_GROUP, BOOTSTRAP_TOKEN_GROUP] };
   const otherToken = {
     user: `system:bootstrap:${ID}`,
     groups: [BOOTSTRAPPERS_GROUP, "system:bootstrappers:other"],
   };
-  const configMap = (namespace: string, name: string) =>
-    ({ verb: "get", group: "", resource: "configmaps", namespace, name }) as const;
-  const csr = (verb: string) => ({
-    verb,
-    group: "certificates.k8s.io",
-    resource: "certificatesigningrequests",
-  });
   const rows: { name: string; request: RbacRequest; allowed: boolean }[] = [
-    {
-      name: "kubeadm-config",
-      request: { ...nodeToken, ...configMap("kube-system", "kubeadm-config") },
-      allowed: true,
-    },
-    {
-      name: "kubelet-config",
-      request: { ...nodeToken, ...configMap("kube-system", "kubelet-config") },
-      allowed: true,
-    },
+    ...([
+      ["kubeadm-config", "kube-system", "kubeadm-config", true],
+      ["kubelet-config", "kube-system", "kubelet-config", true],
+      ["another kube-system ConfigMap", "kube-system", "join-config", false],
+      ["kubeadm-config in another namespace", "default", "kubeadm-config", false],
+    ] satisfies [string, string, string, boolean][]).map(([name, namespace, configMapName, allowed]) => ({
+      name,
+      request: { ...nodeToken, ...configMap(namespace, configMapName) },
+      allowed,
+    })),
     { name: "create a CSR", request: { ...nodeToken, ...csr("create") }, allowed: true },
-    {
-      name: "another kube-system ConfigMap",
-      request: { ...nodeToken, ...configMap("kube-system", "join-config") },
-      allowed: false,
-    },
-    {
-      name: "kubeadm-config in another namespace",
-      request: { ...nodeToken, ...configMap("default", "kubeadm-config") },
-      allowed: false,
-    },
     {
       name: "list ConfigMaps",
       request: { ...nodeToken, ...configMap("kube-system", "kubeadm-config"), verb: "list" },
       allowed: false,
     },
-    {
-      name: "a Secret",
-      request: {
-        ...nodeToken,
-        verb: "get",
-        group: "",
-        resource: "secrets",
-        namespace: "kube-system",
-        name: "constellation-mastersecret",
-      },
-      allowed: false,
-    },
+    { name: "a Secret", request: { ...nodeToken, ...MASTER_SECRET_GET }, allowed: false },
     { name: "delete a CSR", request: { ...nodeToken, ...csr("delete") }, allowed: false },
     {
       name: "a token outside kubeadm's node group: no ConfigMap",
@@ -148,18 +139,6 @@ Deno.test("a kubeadm cluster's other identities: admins anything, kubelets their
   const kubelet = { user: "system:node:worker-1", groups: [NODES_GROUP, "system:authenticated"] };
   const admin = { user: "kubernetes-admin", groups: ["kubeadm:cluster-admins", "system:authenticated"] };
   const superAdmin = { user: "kubernetes-super-admin", groups: ["system:masters"] };
-  const csr = (verb: string) => ({
-    verb,
-    group: "certificates.k8s.io",
-    resource: "certificatesigningrequests",
-  });
-  const secret = {
-    verb: "get",
-    group: "",
-    resource: "secrets",
-    namespace: "kube-system",
-    name: "constellation-mastersecret",
-  };
   const rows: { name: string; request: RbacRequest; allowed: boolean | undefined }[] = [
     ...["create", "get", "list", "watch"].map((verb) => ({
       name: `a kubelet may ${verb} CSRs`,
@@ -176,15 +155,19 @@ Deno.test("a kubeadm cluster's other identities: admins anything, kubelets their
       request: { ...kubelet, ...csr("create"), group: "example.com" },
       allowed: false,
     },
-    { name: "a kubelet may not read the master secret", request: { ...kubelet, ...secret }, allowed: false },
+    {
+      name: "a kubelet may not read the master secret",
+      request: { ...kubelet, ...MASTER_SECRET_GET },
+      allowed: false,
+    },
     {
       name: "a kubelet may not read a ConfigMap",
-      request: { ...kubelet, verb: "get", group: "", resource: "configmaps", namespace: "kube-system" },
+      request: { ...kubelet, ...configMap("kube-system", "kubeadm-config") },
       allowed: false,
     },
     {
       name: "kubeadm's cluster admins read the master secret",
-      request: { ...admin, ...secret },
+      request: { ...admin, ...MASTER_SECRET_GET },
       allowed: true,
     },
     { name: "system:masters delete CSRs", request: { ...superAdmin, ...csr("delete") }, allowed: true },
